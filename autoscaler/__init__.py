@@ -1,0 +1,1 @@
+"""Autoscaling: pure scaling policies and the Ray Serve autoscaling adapter."""

@@ -1,0 +1,66 @@
+"""Values that cross the autoscaler boundary. Pure: no Ray.
+
+Each replica reports ``EngineStats.as_dict()`` through ``record_autoscaling_stats()``; the
+Ray adapter (or the virtual-time simulator) turns those dicts into a ``MetricsSnapshot``;
+a policy's ``decide(snapshot, config, state) -> (desired_replicas, new_state)`` is pure and
+takes time only from ``snapshot.now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaMetrics:
+    replica_id: str
+    waiting: float = 0.0
+    running: float = 0.0
+    waiting_prefill_tokens: float = 0.0  # uncached prompt tokens still to prefill
+    prefill_tokens_per_s: float = 0.0  # measured, smoothed
+    queue_delay_s: float = 0.0  # estimated wait to first token of the newest waiting request
+    kv_usage: float = 0.0
+    ttft_p95_s: float = 0.0
+    ongoing: float = 0.0  # requests in flight (Ray's ongoing-requests signal)
+    busy_fraction: float = 0.0  # share of recent time the engine was stepping
+    prefill_load_tokens_per_s: float = 0.0  # uncached tokens prefilled per second, recently
+
+    @classmethod
+    def from_stats(cls, replica_id: str, stats: Mapping[str, float]) -> ReplicaMetrics:
+        names = set(cls.__dataclass_fields__) - {"replica_id"}
+        return cls(replica_id, **{k: float(stats[k]) for k in names if k in stats})
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    now: float  # seconds, monotonic or virtual
+    current_replicas: int  # replicas running or starting
+    replicas: tuple[ReplicaMetrics, ...]  # metrics from running replicas
+    pending_requests: float = 0.0  # requests held at the ingress (e.g. scaled to zero)
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingConfig:
+    min_replicas: int = 1
+    max_replicas: int = 8
+    ttft_slo_s: float = 2.0  # target P95 TTFT
+    headroom: float = 0.7  # act when predicted queue delay exceeds headroom * SLO
+    upscale_cooldown_s: float = 5.0
+    downscale_cooldown_s: float = 30.0
+    downscale_stable_s: float = 20.0  # how long scale-down conditions must hold
+    target_ongoing_requests: float = 8.0  # for the ongoing-requests baseline
+    target_utilization: float = 0.7  # for the utilization baseline
+    params: Mapping[str, Any] = field(default_factory=dict)  # policy-specific knobs
+
+
+State = dict[str, Any]
+
+
+class ScalingPolicy(Protocol):
+    name: str
+
+    def decide(
+        self, snapshot: MetricsSnapshot, config: ScalingConfig, state: State
+    ) -> tuple[int, State]: ...

@@ -1,0 +1,1 @@
+"""Load generation and SLA reports for any OpenAI-compatible endpoint."""

@@ -1,0 +1,1 @@
+"""Cluster: configuration, the CLI, app wiring and the OpenAI ingress."""

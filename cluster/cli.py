@@ -1,0 +1,175 @@
+"""The ``llmfleet`` command: up, status, down, bench, sim, prepare-model."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from cluster.config import ConfigError, FleetConfig, load_config
+
+
+def _overrides(cfg: FleetConfig, args: argparse.Namespace) -> FleetConfig:
+    data = cfg.model_dump()
+    if args.replicas is not None:
+        data["replicas"]["num_replicas"] = args.replicas
+    if args.engine is not None:
+        data["engine"]["type"] = args.engine
+    if args.model is not None:
+        data["model"]["path"] = args.model
+    if args.host is not None:
+        data["server"]["host"] = args.host
+    if args.port is not None:
+        data["server"]["port"] = args.port
+    if args.router is not None:
+        data["routing"]["policy"] = args.router
+    if args.autoscale is not None:
+        data["autoscaling"]["enabled"] = args.autoscale != "none"
+        data["autoscaling"]["policy"] = args.autoscale
+    from cluster.config import parse_config
+
+    return parse_config(data)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from cluster import runtime
+
+    try:
+        cfg = _overrides(load_config(args.config), args)
+    except ConfigError as err:
+        print(f"llmfleet: {err}", file=sys.stderr)
+        return 2
+    print("# effective config\n" + cfg.to_yaml(), flush=True)
+    state = runtime.read_state()
+    if state and runtime.pid_alive(int(state["pid"])):
+        print(f"llmfleet: already running (pid {state['pid']}, {state['url']}); run `llmfleet down` first",
+              file=sys.stderr)
+        return 1
+    from replicas.model_prep import resolve_model
+
+    try:
+        resolve_model(cfg.model.path)
+    except FileNotFoundError as err:
+        print(f"llmfleet: model.path: {err}", file=sys.stderr)
+        return 2
+    stopping = {"flag": False}
+
+    def _stop(signum: int, frame: Any) -> None:
+        stopping["flag"] = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    gcs = runtime.start_ray(cfg)
+    try:
+        url = runtime.deploy(cfg)
+        runtime.write_state({"pid": os.getpid(), "gcs_address": gcs, "url": url, "started": time.time()})
+        runtime.wait_ready(url, timeout_s=args.ready_timeout)
+        print(f"llmfleet ready: {url}/v1 (model {cfg.model.served_name}); Ctrl-C to stop", flush=True)
+        while not stopping["flag"]:
+            time.sleep(0.5)
+    finally:
+        print("llmfleet: shutting down", flush=True)
+        runtime.stop()
+        runtime.clear_state()
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import httpx
+
+    from cluster import runtime
+
+    state = runtime.read_state()
+    if not state or not runtime.pid_alive(int(state["pid"])):
+        print("llmfleet: not running")
+        return 1
+    try:
+        data = httpx.get(f"{state['url']}/fleet/status", timeout=10.0).json()
+    except (httpx.HTTPError, ValueError) as err:
+        print(f"llmfleet: {state['url']} did not answer: {err!r}")
+        return 1
+    print(f"url: {state['url']}   pid: {state['pid']}   ray: {state['gcs_address']}")
+    for dep, info in data.get("deployments", {}).items():
+        print(f"deployment {dep}: {info['status']} replicas={info['replicas']}")
+    print(f"{'replica':<12} {'healthy':>7} {'waiting':>7} {'running':>7} {'prefill_tok':>11} {'queue_s':>8} "
+          f"{'kv_usage':>8} {'hit_rate':>8}")
+    for r in data.get("replicas", []):
+        hit = r["prefix_hits"] / r["prefix_queries"] if r.get("prefix_queries") else 0.0
+        print(f"{r['replica'][:12]:<12} {bool(r['healthy'])!s:>7} {int(r['waiting']):>7} {int(r['running']):>7} "
+              f"{int(r['waiting_prefill_tokens']):>11} {r['queue_delay_s']:>8.2f} {r['kv_usage']:>8.1%} {hit:>8.1%}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from cluster import runtime
+
+    state = runtime.read_state()
+    if state and runtime.pid_alive(int(state["pid"])):
+        pid = int(state["pid"])
+        os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + args.timeout
+        while runtime.pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if runtime.pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    # After a crash Ray's processes can outlive `up`: stop them too.
+    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    subprocess.run([ray_bin, "stop", "--force"], env=env, check=False, capture_output=True)
+    runtime.clear_state()
+    print("llmfleet: stopped")
+    return 0
+
+
+def _add_up(sub: Any) -> None:
+    p = sub.add_parser("up", help="start a local Ray cluster and serve the OpenAI API (foreground)")
+    p.add_argument("--config", default=None, help="YAML config file")
+    p.add_argument("--replicas", type=int, default=None)
+    p.add_argument("--engine", choices=["vllm", "sim"], default=None)
+    p.add_argument("--model", default=None, help="local HF model dir (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--host", default=None)
+    p.add_argument("--port", type=int, default=None)
+    p.add_argument("--router", default=None, help="routing policy name")
+    p.add_argument("--autoscale", default=None, help="autoscaling policy name (none = off)")
+    p.add_argument("--ready-timeout", type=float, default=600.0)
+    p.set_defaults(func=cmd_up)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="llmfleet", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_up(sub)
+    sub.add_parser("status", help="replicas, queue depth and KV usage").set_defaults(func=cmd_status)
+    p = sub.add_parser("down", help="stop what `up` started (also after a crash)")
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.set_defaults(func=cmd_down)
+    p = sub.add_parser("prepare-model", help="convert the default model once (no hub)")
+    p.set_defaults(func=lambda a: __import__("replicas.model_prep", fromlist=["main"]).main([]))
+    _add_plugin(sub, "bench", "bench.cli", "load generator and SLA report")
+    _add_plugin(sub, "sim", "replicas.sim.cli", "virtual-time cluster simulation")
+    return parser
+
+
+def _add_plugin(sub: Any, name: str, module: str, help_text: str) -> None:
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return
+    p = sub.add_parser(name, help=help_text)
+    mod.add_arguments(p)
+    p.set_defaults(func=mod.run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

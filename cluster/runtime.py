@@ -1,0 +1,111 @@
+"""Start and stop a local Ray cluster with the Serve app on it (used by the CLI and tests).
+
+Everything binds to the configured host (127.0.0.1 by default), the Ray dashboard stays off
+(it costs ~1.1 GiB here) and Ray's token authentication stays on. A small state file records
+what ``up`` started so ``status`` and ``down`` can find it, also after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from cluster.config import FleetConfig
+
+STATE_DIR = Path(os.environ.get("LLMFLEET_HOME", Path.home() / ".llmfleet"))
+STATE_FILE = STATE_DIR / "state.json"
+
+
+def base_env() -> None:
+    # Ray 2.60's default (token auth on) writes ~/.ray/auth_token on the first local start;
+    # setting RAY_AUTH_MODE=token before that token exists makes the GCS abort, so only
+    # clients of a running cluster (status, down) set it.
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_SERVE_LOG_TO_STDERR", "0")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def start_ray(cfg: FleetConfig) -> str:
+    import ray
+
+    base_env()
+    ctx = ray.init(
+        num_cpus=cfg.server.ray_num_cpus,
+        include_dashboard=cfg.server.include_dashboard,
+        _node_ip_address=cfg.server.host if cfg.server.host != "0.0.0.0" else "127.0.0.1",
+        _metrics_export_port=cfg.server.metrics_export_port,
+        namespace="llmfleet",
+        logging_level="WARNING",
+        log_to_driver=False,
+        configure_logging=True,
+    )
+    port = str(ctx.address_info["gcs_address"]).rsplit(":", 1)[1]
+    return f"127.0.0.1:{port}"  # clients connect over loopback
+
+
+def deploy(cfg: FleetConfig, *, enable_metrics: bool = True) -> str:
+    from ray import serve
+
+    from cluster.app import APP_NAME, build_app
+    from cluster.status_registry import ensure_status_actor
+
+    ensure_status_actor()
+    serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})
+    serve.run(build_app(cfg, enable_metrics=enable_metrics), name=APP_NAME, route_prefix="/", blocking=False)
+    return f"http://{cfg.server.host}:{cfg.server.port}"
+
+
+def wait_ready(url: str, timeout_s: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.get(f"{url}/health", timeout=5.0)
+            if r.status_code == 200:
+                return
+            last = f"HTTP {r.status_code}"
+        except httpx.HTTPError as err:
+            last = repr(err)
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not ready after {timeout_s:.0f} s ({last})")
+
+
+def stop(cfg: FleetConfig | None = None) -> None:
+    import ray
+    from ray import serve
+
+    try:
+        serve.shutdown()
+    finally:
+        ray.shutdown()
+
+
+def write_state(data: dict[str, Any]) -> None:
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    STATE_FILE.write_text(json.dumps(data, indent=2))
+
+
+def read_state() -> dict[str, Any] | None:
+    try:
+        return json.loads(STATE_FILE.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def clear_state() -> None:
+    STATE_FILE.unlink(missing_ok=True)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

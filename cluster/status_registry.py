@@ -1,0 +1,55 @@
+"""A tiny named actor holding each replica's latest stats, for ``llmfleet status`` and
+``GET /health``. Replicas report every second (fire-and-forget); readers get a snapshot.
+Not on the request path: routing and autoscaling read Serve's own stats channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import ray
+
+NAMESPACE = "llmfleet"
+ACTOR_NAME = "llmfleet-status"
+STALE_S = 30.0
+
+
+@ray.remote(num_cpus=0)
+class FleetStatus:
+    def __init__(self) -> None:
+        self._replicas: dict[str, dict[str, Any]] = {}
+
+    def report(self, replica_id: str, stats: dict[str, float]) -> None:
+        self._replicas[replica_id] = {"replica": replica_id, "reported_at": time.time(), **stats}
+
+    def forget(self, replica_id: str) -> None:
+        self._replicas.pop(replica_id, None)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        now = time.time()
+        for rid in [r for r, v in self._replicas.items() if now - v["reported_at"] > STALE_S]:
+            del self._replicas[rid]
+        return sorted(self._replicas.values(), key=lambda v: v["replica"])
+
+
+def ensure_status_actor() -> Any:
+    return FleetStatus.options(name=ACTOR_NAME, namespace=NAMESPACE, get_if_exists=True, lifetime="detached").remote()
+
+
+def get_status_actor() -> Any | None:
+    try:
+        return ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+async def fleet_snapshot(timeout_s: float) -> list[dict[str, Any]]:
+    actor = get_status_actor()
+    if actor is None:
+        return []
+    try:
+        return await asyncio.wait_for(actor.snapshot.remote(), timeout_s)
+    except Exception:
+        return []

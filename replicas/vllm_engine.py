@@ -1,0 +1,263 @@
+"""``VLLMEngine``: vLLM's V1 ``AsyncLLM`` in-process, behind the ``Engine`` protocol.
+
+- Requests arrive as token ids (the ingress applied the chat template) and stream back as
+  DELTA outputs, one ``Delta`` per engine step with the step's wall-clock time.
+- Scheduler numbers (waiting, running, KV usage, prefix-cache hits) come from a stat logger
+  vLLM calls after every step; queue and prefill-rate estimates come from ``LoadTracker``.
+- On CPU the engine's KV cache is sized by ``VLLM_CPU_KVCACHE_SPACE`` (GiB) and its worker
+  threads are left unbound (``VLLM_CPU_OMP_THREADS_BIND=nobind``), measured best for two
+  engines on two cores; these are set before vLLM spawns its engine-core process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from replicas.engine import Delta, EngineStats, GenerateRequest
+from replicas.load_stats import LoadTracker
+
+
+@dataclass(frozen=True, slots=True)
+class VLLMSettings:
+    model_path: str
+    max_model_len: int = 2048
+    enforce_eager: bool = True
+    dtype: str = "bfloat16"
+    kv_cache_gib: float = 1.0
+    block_size: int | None = None
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 512
+    enable_prefix_caching: bool = True
+    seed: int = 0
+    omp_threads: int = 1
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    kv_events_endpoint: str | None = None  # e.g. "ipc:///tmp/llmfleet-kv-<replica>"
+    ray_metrics: bool = False  # export vllm:* metrics through Ray (inside Serve replicas)
+
+
+def on_gpu() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def set_cpu_env(s: VLLMSettings) -> None:
+    """Environment the CPU engine reads at spawn time; no effect on GPU."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(s.kv_cache_gib))))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    os.environ.setdefault("OMP_NUM_THREADS", str(s.omp_threads))
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def engine_args(s: VLLMSettings, gpu: bool) -> Any:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    kwargs: dict[str, Any] = dict(
+        model=s.model_path,
+        tokenizer=s.model_path,
+        max_model_len=s.max_model_len,
+        enforce_eager=s.enforce_eager,
+        dtype=s.dtype,
+        max_num_seqs=s.max_num_seqs,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        enable_chunked_prefill=True,
+        enable_prefix_caching=s.enable_prefix_caching,
+        seed=s.seed,
+        tensor_parallel_size=s.tensor_parallel_size,
+        disable_log_stats=False,
+    )
+    if s.block_size:
+        kwargs["block_size"] = s.block_size
+    if s.tensor_parallel_size > 1:
+        kwargs["distributed_executor_backend"] = "ray"
+    if gpu:
+        kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
+        kwargs["kv_cache_memory_bytes"] = int(s.kv_cache_gib * 2**30)
+    if s.kv_events_endpoint:
+        from vllm.config import KVEventsConfig
+
+        kwargs["kv_events_config"] = KVEventsConfig(
+            enable_kv_cache_events=True, publisher="zmq", endpoint=s.kv_events_endpoint, topic="kv"
+        )
+    return AsyncEngineArgs(**kwargs)
+
+
+class _SchedulerView:
+    """Latest scheduler numbers, written by the stat logger after every engine step."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.waiting = 0
+        self.kv_usage = 0.0
+        self.prefix_hits = 0
+        self.prefix_queries = 0
+
+
+def _stat_logger_factory(view: _SchedulerView) -> Any:
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class _Capture(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            pass
+
+        def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
+            if scheduler_stats is None:
+                return
+            view.running = scheduler_stats.num_running_reqs
+            view.waiting = scheduler_stats.num_waiting_reqs
+            view.kv_usage = scheduler_stats.kv_cache_usage
+            pcs = scheduler_stats.prefix_cache_stats
+            if pcs is not None:
+                view.prefix_hits += pcs.hits
+                view.prefix_queries += pcs.queries
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return _Capture
+
+
+class VLLMEngine:
+    def __init__(self, settings: VLLMSettings) -> None:
+        self.settings = settings
+        self.max_model_len = settings.max_model_len
+        self.block_size = settings.block_size or 0
+        self._llm: Any = None
+        self._view = _SchedulerView()
+        self._tracker = LoadTracker(clock=time.monotonic)
+        self._pending_prefill: dict[str, int] = {}  # request -> prompt tokens not yet prefilled
+        self._kv_capacity_tokens = 0
+        self._dead: str | None = None
+
+    async def start(self) -> None:
+        gpu = on_gpu()
+        if not gpu:
+            set_cpu_env(self.settings)
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        loggers: list[Any] = [_stat_logger_factory(self._view)]
+        if self.settings.ray_metrics:
+            from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
+
+            loggers.append(RayPrometheusStatLogger)
+        self._llm = AsyncLLM.from_engine_args(engine_args(self.settings, gpu), stat_loggers=loggers)
+        cache = self._llm.vllm_config.cache_config
+        self.block_size = int(cache.block_size)
+        self._kv_capacity_tokens = int((cache.num_gpu_blocks or 0) * cache.block_size)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._llm.tokenizer
+
+    def _sampling(self, req: GenerateRequest) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(
+            max_tokens=req.max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            stop=list(req.stop) or None,
+            ignore_eos=req.ignore_eos,
+            output_kind=RequestOutputKind.DELTA,
+        )
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
+        from vllm.inputs import TokensPrompt
+
+        rid = request.request_id
+        prompt_len = len(request.prompt_token_ids)
+        now = time.monotonic()
+        self._tracker.on_request_added(rid, prompt_len, now)
+        self._pending_prefill[rid] = prompt_len
+        finished = False
+        produced = 0
+        try:
+            stream = self._llm.generate(
+                TokensPrompt(prompt_token_ids=list(request.prompt_token_ids)),
+                self._sampling(request),
+                request_id=rid,
+            )
+            async for out in stream:
+                t = time.time()
+                comp = out.outputs[0]
+                new_ids = list(comp.token_ids)
+                cached = int(out.num_cached_tokens or 0)
+                if produced == 0 and new_ids:
+                    self._pending_prefill.pop(rid, None)
+                    self._tracker.on_first_token(rid, cached, time.monotonic())
+                produced += len(new_ids)
+                finished = out.finished
+                yield Delta(
+                    request_id=rid,
+                    token_ids=new_ids,
+                    text=comp.text,
+                    token_times=[t] * len(new_ids),
+                    finish_reason=comp.finish_reason if out.finished else None,
+                    prompt_tokens=prompt_len,
+                    completion_tokens=produced,
+                    cached_tokens=cached,
+                )
+        finally:
+            self._pending_prefill.pop(rid, None)
+            self._tracker.on_finished(rid, time.monotonic())
+            if not finished and self._llm is not None:
+                await self._llm.abort(rid)
+
+    async def abort(self, request_id: str) -> None:
+        if self._llm is not None:
+            await self._llm.abort(request_id)
+
+    def _counts(self) -> tuple[int, int]:
+        """Running/waiting from the scheduler, bounded by the front end's unfinished count: the
+        scheduler reports only after a step, so an abort on an idle engine would look stale."""
+        v = self._view
+        unfinished = self._llm.output_processor.get_num_unfinished_requests() if self._llm else 0
+        running = min(v.running, unfinished)
+        return running, min(v.waiting, unfinished - running)
+
+    def stats(self) -> EngineStats:
+        v = self._view
+        running, waiting = self._counts()
+        waiting_tokens = sum(self._pending_prefill.values())
+        derived = self._tracker.snapshot(waiting_tokens, time.monotonic())
+        return EngineStats(
+            waiting=waiting,
+            running=running,
+            waiting_prefill_tokens=waiting_tokens,
+            kv_usage=float(v.kv_usage),
+            kv_capacity_tokens=self._kv_capacity_tokens,
+            prefix_hits=v.prefix_hits,
+            prefix_queries=v.prefix_queries,
+            block_size=self.block_size,
+            prefill_tokens_per_s=derived.get("prefill_tokens_per_s", 0.0),
+            decode_tokens_per_s=derived.get("decode_tokens_per_s", 0.0),
+            queue_delay_s=derived.get("queue_delay_s", 0.0),
+            ttft_p95_s=derived.get("ttft_p95_s", 0.0),
+            healthy=self._llm is not None and self._dead is None,
+            extra={"busy_fraction": derived.get("busy_fraction", 0.0)},
+        )
+
+    async def check_health(self) -> None:
+        if self._llm is None:
+            raise RuntimeError("engine not started")
+        try:
+            await self._llm.check_health()
+        except Exception as err:
+            self._dead = str(err)
+            raise
+
+    async def shutdown(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None

@@ -1,0 +1,1 @@
+"""Request routing: pure policies, the prefix index, and the Ray Serve RequestRouter adapter."""

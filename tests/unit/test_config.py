@@ -1,0 +1,67 @@
+from pathlib import Path
+
+import pytest
+
+from cluster.config import ConfigError, FleetConfig, load_config, parse_config
+
+
+def test_defaults_are_valid_and_round_trip(tmp_path: Path) -> None:
+    cfg = FleetConfig()
+    assert cfg.engine.type == "vllm" and cfg.server.host == "127.0.0.1"
+    path = tmp_path / "c.yaml"
+    path.write_text(cfg.to_yaml())
+    assert load_config(path) == cfg
+
+
+def test_unknown_field_names_its_path() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"engine": {"vllm": {"max_num_seqz": 4}}})
+    assert "engine.vllm.max_num_seqz" in str(err.value)
+
+
+def test_bad_value_names_path_and_reason() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"replicas": {"num_replicas": -1}, "server": {"port": 70000}})
+    msg = str(err.value)
+    assert "replicas.num_replicas" in msg and "server.port" in msg and "greater than or equal" in msg
+
+
+def test_autoscaling_bounds_checked() -> None:
+    with pytest.raises(ConfigError, match="min_replicas must be <= max_replicas"):
+        parse_config({"autoscaling": {"min_replicas": 5, "max_replicas": 2}})
+
+
+def test_engine_type_is_restricted() -> None:
+    with pytest.raises(ConfigError, match="engine.type"):
+        parse_config({"engine": {"type": "tgi"}})
+
+
+def test_unreadable_and_non_mapping_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed")
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(bad)
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_every_field_is_described() -> None:
+    def walk(model: type) -> None:
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no description"
+            ann = field.annotation
+            if isinstance(ann, type) and hasattr(ann, "model_fields"):
+                walk(ann)
+
+    walk(FleetConfig)
+
+
+def test_example_configs_in_deploy_are_valid() -> None:
+    root = Path(__file__).resolve().parents[2] / "deploy"
+    files = sorted(root.glob("*.yaml"))
+    for f in files:
+        if f.name.startswith("llmfleet"):
+            load_config(f)
