@@ -26,6 +26,8 @@ class ReplicaMetrics:
     ongoing: float = 0.0  # requests in flight (Ray's ongoing-requests signal)
     busy_fraction: float = 0.0  # share of recent time the engine was stepping
     prefill_load_tokens_per_s: float = 0.0  # uncached tokens prefilled per second, recently
+    prefix_queries: float = 0.0  # cumulative prompt tokens scheduled (EngineStats counter)
+    prefix_hits: float = 0.0  # cumulative prompt tokens served from the prefix cache
 
     @classmethod
     def from_stats(cls, replica_id: str, stats: Mapping[str, float]) -> ReplicaMetrics:

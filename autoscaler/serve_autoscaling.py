@@ -1,0 +1,145 @@
+"""Ray Serve adapter: run a pure scaling policy as a Serve custom autoscaling policy.
+
+Use
+    cfg = ScalingConfig(min_replicas=1, max_replicas=8, ttft_slo_s=2.0)
+    autoscaling_config = build_autoscaling_config("ttft-queue", cfg)
+    # == AutoscalingConfig(min_replicas=1, max_replicas=8, metrics_interval_s=0.5,
+    #        look_back_period_s=2.0, upscale_delay_s=0, downscale_delay_s=0,
+    #        policy=AutoscalingPolicy(policy_function=ServeScalingPolicy,
+    #            policy_kwargs={"policy": "ttft-queue", "config": {...ScalingConfig fields...}}))
+
+How Serve drives it (Ray 2.60): the controller instantiates ``ServeScalingPolicy(**policy_kwargs)``
+once and calls it with an ``AutoscalingContext`` every control-loop tick (~0.1 s). Replicas
+push ``record_autoscaling_stats()`` (``EngineStats.as_dict()``) every ``metrics_interval_s``;
+``ctx.aggregated_metrics[name][replica_id]`` is the mean over ``look_back_period_s``. Serve
+wraps the policy with its own factors and delays, so ``build_autoscaling_config`` sets
+``upscale_delay_s = downscale_delay_s = 0`` for our policies (they own their hysteresis)
+and leaves Ray's default policy with Ray's delays for ``ongoing-requests``. With zero
+running replicas and queued requests Serve starts one replica without calling the policy.
+Our state keys never start with ``__`` (Serve's own keys in ``ctx.policy_state`` do).
+
+Contract with Ray's cluster autoscaler: each replica asks for the resources of its
+tensor-parallel group (e.g. ``{"GPU": tp}`` or a placement group of ``tp`` GPU bundles).
+This policy only sets the replica count; when Serve cannot place a new replica for lack of
+resources, the pending actor/placement-group demand is what Ray's cluster autoscaler sees,
+and it adds a node of a type that fits (``available_node_types`` in the cluster config).
+Idle nodes leave after ``idle_timeout_minutes``. So a scale-up costs node boot + model load
+on an empty cluster; keep ``min_replicas`` (or spare nodes) for latency-critical services.
+
+The classes here are plain Python; only ``build_autoscaling_config`` imports Ray. The
+``autoscaler`` package must be importable in the Serve controller (installed in the env or
+shipped via ``runtime_env``): the policy class is pickled by value, its imports by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from autoscaler.registry import POLICY_NAMES, make_policy
+from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, State
+
+if TYPE_CHECKING:
+    from ray.serve.config import AutoscalingConfig
+
+RAY_RUNNING_REQUESTS_KEY = "running_requests"  # Serve's own per-replica ongoing count
+
+
+def scaling_config_from_dict(data: Mapping[str, Any]) -> ScalingConfig:
+    known = {f.name for f in dataclasses.fields(ScalingConfig)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"unknown ScalingConfig fields: {sorted(unknown)}")
+    return ScalingConfig(**dict(data))
+
+
+def scaling_config_to_dict(cfg: ScalingConfig) -> dict[str, Any]:
+    out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    out["params"] = dict(cfg.params)
+    return out
+
+
+def _replica_key(replica_id: Any) -> str:
+    return str(getattr(replica_id, "unique_id", replica_id))
+
+
+def snapshot_from_context(ctx: Any) -> MetricsSnapshot:
+    """``AutoscalingContext`` → ``MetricsSnapshot`` (metric-major → replica-major)."""
+    per_replica: dict[str, dict[str, float]] = {}
+    for name, values in (ctx.aggregated_metrics or {}).items():
+        for replica_id, value in values.items():
+            per_replica.setdefault(_replica_key(replica_id), {})[name] = float(value)
+    replicas = []
+    for rid, stats in sorted(per_replica.items()):
+        if "ongoing" not in stats and RAY_RUNNING_REQUESTS_KEY in stats:
+            stats["ongoing"] = stats[RAY_RUNNING_REQUESTS_KEY]
+        replicas.append(ReplicaMetrics.from_stats(rid, stats))
+    pending = float(ctx.total_queued_requests or 0.0)
+    if ctx.current_num_replicas == 0:
+        pending = max(pending, float(ctx.total_num_requests or 0.0))
+    now = ctx.current_time if ctx.current_time is not None else time.time()
+    return MetricsSnapshot(
+        now=float(now),
+        current_replicas=int(ctx.target_num_replicas),
+        replicas=tuple(replicas),
+        pending_requests=pending,
+    )
+
+
+class ServeScalingPolicy:
+    """Serve custom autoscaling policy class: ``policy_kwargs={"policy": ..., "config": ...}``."""
+
+    def __init__(self, policy: str = "ttft-queue", config: Mapping[str, Any] | None = None) -> None:
+        self.policy = make_policy(policy)
+        self.config = scaling_config_from_dict(config or {})
+
+    def __call__(self, ctx: Any) -> tuple[int, State]:
+        snapshot = snapshot_from_context(ctx)
+        cfg = dataclasses.replace(
+            self.config,
+            min_replicas=int(ctx.capacity_adjusted_min_replicas),
+            max_replicas=int(ctx.capacity_adjusted_max_replicas),
+        )
+        state = {k: v for k, v in (ctx.policy_state or {}).items() if not str(k).startswith("__")}
+        return self.policy.decide(snapshot, cfg, state)
+
+
+def build_autoscaling_config(
+    policy: str,
+    cfg: ScalingConfig,
+    *,
+    metrics_interval_s: float = 0.5,
+    look_back_period_s: float = 2.0,
+) -> AutoscalingConfig:
+    from ray.serve.config import AutoscalingConfig, AutoscalingPolicy
+
+    if policy not in POLICY_NAMES:
+        raise ValueError(f"unknown autoscaling policy {policy!r}; choose one of {POLICY_NAMES}")
+    common: dict[str, Any] = {
+        "min_replicas": cfg.min_replicas,
+        "max_replicas": cfg.max_replicas,
+        "metrics_interval_s": metrics_interval_s,
+        "look_back_period_s": look_back_period_s,
+    }
+    if policy == "ongoing-requests":  # Ray's own default policy and delays
+        p = cfg.params
+        extra = {k: float(p[k]) for k in ("upscaling_factor", "downscaling_factor") if k in p}
+        common |= {
+            "target_ongoing_requests": cfg.target_ongoing_requests,
+            "upscale_delay_s": float(p.get("upscale_delay_s", cfg.upscale_cooldown_s)),
+            "downscale_delay_s": float(p.get("downscale_delay_s", cfg.downscale_cooldown_s)),
+            **extra,
+        }
+    else:
+        kwargs = {"policy": policy, "config": scaling_config_to_dict(cfg)}
+        common |= {
+            "upscale_delay_s": 0.0,
+            "downscale_delay_s": 0.0,
+            "policy": AutoscalingPolicy(policy_function=ServeScalingPolicy, policy_kwargs=kwargs),
+        }
+    with warnings.catch_warnings():  # metrics_interval_s is "deprecated" but still the knob
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return AutoscalingConfig(**common)

@@ -1,0 +1,191 @@
+"""Per-replica load tracker: the numbers the TTFT-queue autoscaler reads.
+
+Algorithm
+- Prefill rate: a busy-period estimator. Treat the engine as a FIFO server of prefill work:
+  a request's uncached prompt tokens were prefilled between ``start = max(added_at,
+  previous first-token time)`` and its own first token. Each first token adds
+  ``uncached_tokens`` and ``now - start`` to two exponentially decayed sums; the rate is
+  their ratio. Requests whose first tokens land in the same engine step add tokens with
+  zero time, so batched prefills are counted correctly. Decay is by busy time (half-life
+  ``rate_half_life_s`` of prefill seconds), so an idle replica keeps its last estimate.
+  The prior (``prior_prefill_tokens_per_s`` worth ``prior_weight_s`` seconds) gives a cold
+  replica an estimate and fades as real samples arrive.
+- Queue delay of the newest waiting request: ``waiting_prefill_tokens / rate``. No separate
+  decode-interference term: the measured rate already is the *effective* prefill rate with
+  the decodes that shared those steps, which is exactly what a waiting request will see.
+- TTFT P95: nearest-rank over a sliding window (``ttft_window_s`` seconds, at most
+  ``ttft_max_samples`` samples).
+- Busy fraction: share of the last ``busy_window_s`` seconds covered by busy intervals —
+  engine steps reported via ``on_step`` if the engine calls it, else the time with at
+  least one request in flight.
+- Prefill load: uncached tokens whose prefill completed in the last ``busy_window_s``
+  seconds, per second. ``prefill_load / prefill_rate`` is the replica's prefill utilisation.
+
+Time comes from the ``now`` arguments (or the injected ``clock`` when omitted).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    added_at: float
+    prompt_tokens: int
+
+
+class LoadTracker:
+    def __init__(
+        self,
+        *,
+        prior_prefill_tokens_per_s: float = 500.0,
+        prior_weight_s: float = 1.0,
+        rate_half_life_s: float = 10.0,
+        ttft_window_s: float = 60.0,
+        ttft_max_samples: int = 256,
+        busy_window_s: float = 10.0,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        if min(prior_prefill_tokens_per_s, prior_weight_s, rate_half_life_s) <= 0:
+            raise ValueError("prior rate, prior weight and half-life must be positive")
+        self._clock = clock
+        self._half_life_s = rate_half_life_s
+        self._tokens_sum = prior_prefill_tokens_per_s * prior_weight_s
+        self._time_sum = prior_weight_s
+        self._ttft_window_s = ttft_window_s
+        self._ttfts: deque[tuple[float, float]] = deque(maxlen=ttft_max_samples)
+        self._busy_window_s = busy_window_s
+        self._busy: deque[list[float]] = deque()  # merged [start, end] intervals
+        self._prefilled: deque[tuple[float, int]] = deque()  # (time, uncached tokens)
+        self._pending: dict[str, _Pending] = {}  # added, no first token yet
+        self._in_flight: set[str] = set()
+        self._in_flight_since: float | None = None
+        self._uses_steps = False
+        self._last_first_token_at = -math.inf
+
+    def _now(self, now: float | None) -> float:
+        return self._clock() if now is None else now
+
+    # ---- engine events -------------------------------------------------------------
+
+    def on_request_added(
+        self, request_id: str, prompt_tokens: int, now: float | None = None
+    ) -> None:
+        t = self._now(now)
+        self._pending[request_id] = _Pending(t, int(prompt_tokens))
+        if not self._in_flight:
+            self._in_flight_since = t
+        self._in_flight.add(request_id)
+
+    def on_first_token(
+        self, request_id: str, cached_tokens: int = 0, now: float | None = None
+    ) -> None:
+        t = self._now(now)
+        pending = self._pending.pop(request_id, None)
+        if pending is None:
+            return
+        self._ttfts.append((t, t - pending.added_at))
+        uncached = max(1, pending.prompt_tokens - int(cached_tokens))
+        start = max(pending.added_at, self._last_first_token_at)
+        self._last_first_token_at = t
+        self._add_rate_sample(uncached, max(0.0, t - start))
+        self._prefilled.append((t, uncached))
+
+    def on_finished(self, request_id: str, now: float | None = None) -> None:
+        t = self._now(now)
+        self._pending.pop(request_id, None)
+        if request_id not in self._in_flight:
+            return
+        self._in_flight.discard(request_id)
+        if not self._in_flight and self._in_flight_since is not None:
+            if not self._uses_steps:
+                self._add_busy(self._in_flight_since, t)
+            self._in_flight_since = None
+
+    def on_step(self, busy_seconds: float, now: float | None = None) -> None:
+        """Optional: the engine stepped for ``busy_seconds`` ending at ``now``."""
+        t = self._now(now)
+        if not self._uses_steps:
+            self._uses_steps = True
+            self._busy.clear()
+        self._add_busy(t - busy_seconds, t)
+
+    # ---- derived numbers -----------------------------------------------------------
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return self._tokens_sum / self._time_sum
+
+    @property
+    def ongoing(self) -> int:
+        return len(self._in_flight)
+
+    def snapshot(self, waiting_prefill_tokens: int, now: float | None = None) -> dict[str, float]:
+        t = self._now(now)
+        rate = self.prefill_tokens_per_s
+        return {
+            "waiting_prefill_tokens": float(waiting_prefill_tokens),
+            "prefill_tokens_per_s": rate,
+            "queue_delay_s": max(0, waiting_prefill_tokens) / rate,
+            "ttft_p95_s": self.ttft_p95(t),
+            "busy_fraction": self.busy_fraction(t),
+            "prefill_load_tokens_per_s": self.prefill_load(t),
+            "ongoing": float(len(self._in_flight)),
+        }
+
+    def engine_stats_fields(
+        self, waiting_prefill_tokens: int, now: float | None = None
+    ) -> dict[str, Any]:
+        """Keyword arguments for ``EngineStats(...)``: known fields plus ``extra``."""
+        snap = self.snapshot(waiting_prefill_tokens, now)
+        direct = ("prefill_tokens_per_s", "queue_delay_s", "ttft_p95_s")
+        extra = {k: v for k, v in snap.items() if k not in direct and k != "waiting_prefill_tokens"}
+        return {**{k: snap[k] for k in direct}, "extra": extra}
+
+    def ttft_p95(self, now: float | None = None) -> float:
+        t = self._now(now)
+        while self._ttfts and self._ttfts[0][0] < t - self._ttft_window_s:
+            self._ttfts.popleft()
+        if not self._ttfts:
+            return 0.0
+        values = sorted(v for _, v in self._ttfts)
+        return values[max(0, math.ceil(0.95 * len(values)) - 1)]
+
+    def busy_fraction(self, now: float | None = None) -> float:
+        t = self._now(now)
+        lo = t - self._busy_window_s
+        while self._busy and self._busy[0][1] < lo:
+            self._busy.popleft()
+        covered = sum(min(end, t) - max(start, lo) for start, end in self._busy if end > lo)
+        if self._in_flight_since is not None and not self._uses_steps:
+            covered += t - max(self._in_flight_since, lo)
+        return min(1.0, max(0.0, covered / self._busy_window_s))
+
+    def prefill_load(self, now: float | None = None) -> float:
+        t = self._now(now)
+        while self._prefilled and self._prefilled[0][0] < t - self._busy_window_s:
+            self._prefilled.popleft()
+        return sum(n for _, n in self._prefilled) / self._busy_window_s
+
+    # ---- internals -----------------------------------------------------------------
+
+    def _add_rate_sample(self, tokens: int, seconds: float) -> None:
+        decay = 0.5 ** (seconds / self._half_life_s)
+        self._tokens_sum = self._tokens_sum * decay + tokens
+        self._time_sum = self._time_sum * decay + seconds
+
+    def _add_busy(self, start: float, end: float) -> None:
+        if end <= start:
+            return
+        if self._busy and start <= self._busy[-1][1] + 1e-9:
+            self._busy[-1][1] = max(self._busy[-1][1], end)
+        else:
+            self._busy.append([start, end])

@@ -1,0 +1,49 @@
+"""Filters and picker shared by the policies.
+
+Filters (in order): healthy → not draining → below max ongoing → bounded load. The
+bounded-load cap is ``ceil((1 + slack) * (in_flight_total + 1) / n)`` (consistent hashing
+with bounded loads, Mirrokni et al.): no replica may take a request that would push it above
+its fair share by more than ``slack``, so a hot prefix overflows to the next-best replica —
+which then learns the prefix — instead of queueing behind one.
+Picker: highest score, ties broken by an injected ``random.Random``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+
+from router.scorers import queue_depth
+from router.types import NoReplicaAvailable, ReplicaView
+
+
+def available(replicas: Sequence[ReplicaView]) -> list[ReplicaView]:
+    """Healthy, not draining, below max ongoing; raises if none is left."""
+    out = [r for r in replicas if r.healthy and not r.draining and r.ongoing < r.max_ongoing]
+    if not out:
+        raise NoReplicaAvailable(f"all {len(replicas)} replicas unhealthy, draining or full")
+    return out
+
+
+def load_cap(replicas: Sequence[ReplicaView], slack: float) -> int:
+    total = sum(max(r.ongoing, r.waiting + r.running) for r in replicas)
+    return math.ceil((1.0 + slack) * (total + 1) / max(1, len(replicas)))
+
+
+def within_load_bound(replicas: list[ReplicaView], slack: float) -> list[ReplicaView]:
+    cap = load_cap(replicas, slack) - 1
+    kept = [r for r in replicas if max(r.ongoing, r.waiting + r.running) <= cap]
+    return kept or replicas
+
+
+def pick_best(scores: Mapping[str, float], rng: random.Random, eps: float = 1e-9) -> str:
+    best = max(scores.values())
+    top = [rid for rid, s in scores.items() if s >= best - eps]
+    return top[0] if len(top) == 1 else rng.choice(top)
+
+
+def pick_least_loaded(replicas: Sequence[ReplicaView], rng: random.Random) -> str:
+    low = min(queue_depth(r) for r in replicas)
+    top = [r.replica_id for r in replicas if queue_depth(r) == low]
+    return top[0] if len(top) == 1 else rng.choice(top)

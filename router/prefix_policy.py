@@ -1,0 +1,141 @@
+"""Our prefix-cache-aware policy: filters → weighted scorers → picker.
+
+Modes
+- approximate (``prefix``): after ``Routed``, assume the chosen replica now holds the
+  request's blocks (insert into the index, LRU-capped at the replica's KV capacity).
+- precise (``prefix-precise``): the index follows vLLM KV events (``KVBlocksStored`` /
+  ``KVBlocksRemoved``). Per replica it falls back to approximate learning when the replica
+  has been receiving requests for ``fallback_after_s`` without sending any KV event, and
+  returns to precise with the next event.
+- oracle (``oracle``, simulator only): leading cached blocks come from an exact
+  ``cache_lookup(replica_id, block_hashes)``; nothing is learned.
+Reasons: ``affinity`` (chosen replica holds the longest known prefix), ``balance`` (a
+replica with a longer prefix existed but load won), ``fallback`` (no replica holds any of
+the prefix; load decides).
+Note: ``choose`` records each replica's reported KV capacity as a hint (it does not change
+the decision); ``observe`` applies it to the index's LRU cap.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+
+from router.config import RouterConfig
+from router.index import PrefixIndex
+from router.pipeline import available, pick_best, within_load_bound
+from router.scorers import ScoringContext, weighted_scores
+from router.types import (
+    Completed,
+    KVBlocksRemoved,
+    KVBlocksStored,
+    ReplicaGone,
+    ReplicaView,
+    RequestView,
+    Routed,
+    RouterEvent,
+    RoutingDecision,
+)
+
+CacheLookup = Callable[[str, tuple[int, ...]], int]
+MODE_APPROXIMATE = "approximate"
+MODE_PRECISE = "precise"
+MODE_ORACLE = "oracle"
+
+
+class PrefixAwarePolicy:
+    def __init__(
+        self,
+        *,
+        name: str = "prefix",
+        mode: str = MODE_APPROXIMATE,
+        config: RouterConfig | None = None,
+        block_size: int = 16,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        cache_lookup: CacheLookup | None = None,
+        index: PrefixIndex | None = None,
+    ) -> None:
+        if mode == MODE_ORACLE and cache_lookup is None:
+            raise ValueError("oracle mode needs cache_lookup(replica_id, block_hashes) -> int")
+        self.name = name
+        self.mode = mode
+        self.config = config or RouterConfig()
+        self.block_size = block_size
+        self.clock = clock
+        self.rng = rng or random.Random(0)
+        self.cache_lookup = cache_lookup
+        self.index = index or PrefixIndex(self.config.default_capacity_blocks)
+        self._capacity_hint: dict[str, int] = {}
+        self._last_kv_event: dict[str, float] = {}
+        self._unacked_since: dict[str, float] = {}  # first Routed after the last KV event
+
+    # ---- decide ---------------------------------------------------------------------
+    def matches(self, request: RequestView, replicas: Sequence[ReplicaView]) -> dict[str, int]:
+        ids = [r.replica_id for r in replicas]
+        if self.cache_lookup is not None:
+            return {rid: self.cache_lookup(rid, request.block_hashes) for rid in ids}
+        return self.index.match(request.block_hashes, ids)
+
+    def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> RoutingDecision:
+        healthy = available(replicas)
+        for r in healthy:
+            if r.kv_capacity_tokens > 0:
+                self._capacity_hint[r.replica_id] = r.kv_capacity_tokens // self.block_size
+        matches = self.matches(request, healthy)
+        bounded = within_load_bound(healthy, self.config.load_slack)
+        ctx = ScoringContext(request, matches, self.block_size, self.config)
+        scores = weighted_scores(ctx, bounded)
+        chosen = pick_best(scores, self.rng)
+        best = max(matches.values(), default=0)
+        got = matches.get(chosen, 0)
+        reason = "fallback" if best == 0 else ("affinity" if got == best else "balance")
+        return RoutingDecision(chosen, reason, scores, got)
+
+    # ---- observe --------------------------------------------------------------------
+    def observe(self, event: RouterEvent) -> None:
+        if isinstance(event, Routed):
+            self._on_routed(event)
+        elif isinstance(event, KVBlocksStored):
+            if self.mode == MODE_PRECISE:
+                self._heard_from(event.replica_id, event.now)
+                self._apply_capacity(event.replica_id)
+                self.index.insert(event.replica_id, event.block_hashes)
+        elif isinstance(event, KVBlocksRemoved):
+            if self.mode == MODE_PRECISE:
+                self._heard_from(event.replica_id, event.now)
+                self.index.remove(event.replica_id, event.block_hashes)
+        elif isinstance(event, ReplicaGone):
+            self.index.drop_replica(event.replica_id)
+            for d in (self._capacity_hint, self._last_kv_event, self._unacked_since):
+                d.pop(event.replica_id, None)
+        elif isinstance(event, Completed):
+            pass  # in-flight counts come from ReplicaView.ongoing
+
+    def _on_routed(self, event: Routed) -> None:
+        rid = event.replica_id
+        if self.mode == MODE_ORACLE:
+            return
+        self._apply_capacity(rid)
+        if self.mode == MODE_APPROXIMATE or self.is_stale(rid, event.now):
+            self.index.insert(rid, event.request.block_hashes)
+        if self.mode == MODE_PRECISE:
+            self._unacked_since.setdefault(rid, event.now)
+
+    def _heard_from(self, replica_id: str, now: float) -> None:
+        self._last_kv_event[replica_id] = now
+        self._unacked_since.pop(replica_id, None)
+
+    def _apply_capacity(self, replica_id: str) -> None:
+        cap = self._capacity_hint.get(replica_id)
+        if cap:
+            self.index.set_capacity(replica_id, cap)
+
+    def is_stale(self, replica_id: str, now: float | None = None) -> bool:
+        """Precise mode only: has this replica gone quiet while receiving requests?"""
+        since = self._unacked_since.get(replica_id)
+        if since is None:
+            return False
+        t = self.clock() if now is None else now
+        return t - since > self.config.fallback_after_s

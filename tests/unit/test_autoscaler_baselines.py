@@ -1,0 +1,131 @@
+"""Baselines (ongoing-requests, utilization, none) and the registry."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from autoscaler.registry import POLICY_NAMES, make_policy
+from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, State
+
+CFG = ScalingConfig(
+    min_replicas=1,
+    max_replicas=10,
+    target_ongoing_requests=8.0,
+    target_utilization=0.7,
+    upscale_cooldown_s=5.0,
+    downscale_cooldown_s=30.0,
+)
+
+
+def snap(
+    now: float, current: int, reps: list[ReplicaMetrics], pending: float = 0.0
+) -> MetricsSnapshot:
+    return MetricsSnapshot(now, current, tuple(reps), pending)
+
+
+def ongoing(n: int, each: float) -> list[ReplicaMetrics]:
+    return [ReplicaMetrics(f"r{i}", ongoing=each) for i in range(n)]
+
+
+def run(name: str, snaps: list[MetricsSnapshot], cfg: ScalingConfig = CFG) -> list[int]:
+    policy, state, out = make_policy(name), {}, []
+    for s in snaps:
+        desired, state = policy.decide(s, cfg, state)
+        out.append(desired)
+    return out
+
+
+def test_ongoing_requests_rule_with_ray_like_upscale_delay() -> None:
+    # 2 replicas x 20 ongoing = 40 / target 8 -> 5, after 5 s of consistent up-desire
+    out = run("ongoing-requests", [snap(t, 2, ongoing(2, 20)) for t in (0.0, 4.9, 5.0)])
+    assert out == [2, 2, 5]
+
+
+def test_ongoing_requests_direction_change_restarts_the_timer() -> None:
+    seq = [
+        snap(0.0, 2, ongoing(2, 20)),  # up
+        snap(3.0, 2, ongoing(2, 0.5)),  # down: resets
+        snap(4.0, 2, ongoing(2, 20)),  # up again from t=4
+        snap(8.0, 2, ongoing(2, 20)),
+        snap(9.0, 2, ongoing(2, 20)),
+    ]
+    assert run("ongoing-requests", seq) == [2, 2, 2, 2, 5]
+
+
+def test_ongoing_requests_downscale_delay_and_queue_fallback() -> None:
+    out = run("ongoing-requests", [snap(t, 5, ongoing(5, 1.6)) for t in (0.0, 29.0, 30.0)])
+    assert out == [5, 5, 1]
+    queued = [ReplicaMetrics("r0", waiting=20, running=4)]  # engine without an ongoing count
+    assert run("ongoing-requests", [snap(t, 1, queued) for t in (0.0, 5.0)]) == [1, 3]
+
+
+def test_ongoing_requests_factors_and_cold_start() -> None:
+    cfg = ScalingConfig(
+        max_replicas=10, target_ongoing_requests=8.0, params={"upscaling_factor": 0.5}
+    )
+    assert run("ongoing-requests", [snap(t, 2, ongoing(2, 24)) for t in (0.0, 5.0)], cfg) == [2, 4]
+    zero = ScalingConfig(min_replicas=0, max_replicas=10, target_ongoing_requests=8.0)
+    assert run("ongoing-requests", [snap(0.0, 0, [], pending=3)], zero) == [1]  # immediate
+    assert run("ongoing-requests", [snap(t, 3, ongoing(3, 0)) for t in (0.0, 30.0)], zero) == [3, 1]
+
+
+def test_utilization_rule_uses_busy_or_kv_with_tolerance() -> None:
+    hot = [ReplicaMetrics(f"r{i}", busy_fraction=0.9) for i in range(2)]
+    assert run("utilization", [snap(t, 2, hot) for t in (0.0, 5.0)]) == [2, 3]  # ceil(2*0.9/0.7)
+    kv_full = [ReplicaMetrics(f"r{i}", busy_fraction=0.2, kv_usage=0.95) for i in range(2)]
+    assert run("utilization", [snap(t, 2, kv_full) for t in (0.0, 5.0)]) == [2, 3]
+    near = [ReplicaMetrics(f"r{i}", busy_fraction=0.74) for i in range(2)]  # within 10 %
+    assert run("utilization", [snap(t, 2, near) for t in (0.0, 50.0)]) == [2, 2]
+    cold = [ReplicaMetrics(f"r{i}", busy_fraction=0.1) for i in range(4)]
+    assert run("utilization", [snap(t, 4, cold) for t in (0.0, 30.0)]) == [4, 1]
+
+
+def test_none_keeps_current_within_bounds() -> None:
+    assert run("none", [snap(0.0, 3, ongoing(3, 100))]) == [3]
+    assert run("none", [snap(0.0, 30, [])]) == [10]
+    zero = ScalingConfig(min_replicas=0, max_replicas=4)
+    assert run("none", [snap(0.0, 0, [], pending=2)], zero) == [1]
+
+
+def test_registry_names_and_errors() -> None:
+    assert POLICY_NAMES == ("ttft-queue", "ongoing-requests", "utilization", "none")
+    for name in POLICY_NAMES:
+        assert make_policy(name).name == name
+    with pytest.raises(ValueError, match="ttft-queue"):
+        make_policy("gpu-util")
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_every_policy_stays_in_bounds_on_random_snapshots(name: str) -> None:
+    rng = random.Random(POLICY_NAMES.index(name))
+    cfg = ScalingConfig(min_replicas=1, max_replicas=6)
+    policy, state = make_policy(name), {}
+    current = 2
+    for tick in range(300):
+        reps = [
+            ReplicaMetrics(
+                f"r{i}",
+                waiting=rng.randint(0, 30),
+                running=rng.randint(0, 16),
+                waiting_prefill_tokens=rng.uniform(0, 20000),
+                prefill_tokens_per_s=rng.choice([0.0, 500.0, 3000.0]),
+                kv_usage=rng.random(),
+                busy_fraction=rng.random(),
+                ongoing=rng.uniform(0, 40),
+                ttft_p95_s=rng.uniform(0, 4),
+            )
+            for i in range(rng.randint(0, current))
+        ]
+        desired, state = policy.decide(snap(tick * 0.5, current, reps), cfg, state)
+        assert cfg.min_replicas <= desired <= cfg.max_replicas
+        assert isinstance(state, dict) and not any(str(k).startswith("__") for k in state)
+        current = desired
+
+
+def test_state_is_not_mutated_in_place() -> None:
+    for name in POLICY_NAMES:
+        state: State = {"keep": 1}
+        make_policy(name).decide(snap(0.0, 2, ongoing(2, 50)), CFG, state)
+        assert state == {"keep": 1}

@@ -1,0 +1,117 @@
+"""The Ray Serve adapter's conversion and hook logic with fake RunningReplica-like objects
+(no Ray cluster): stats → ReplicaView, view lookup, ranked tiers, observe wiring."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from ray.serve._private.common import DeploymentHandleSource, DeploymentID, ReplicaID
+
+from replicas.engine import EngineStats
+from router.serve_router import LLMFleetRequestRouter, rank_tiers, request_view_of
+from router.types import RoutingDecision
+from router.views import make_request_view, replica_view_from_stats
+
+DEP = DeploymentID(name="llm", app_name="app")
+SYSTEM = list(range(1000, 1256))
+
+
+class FakeReplica:
+    def __init__(self, uid: str, stats: dict[str, float] | None = None, max_ongoing: int = 8):
+        self.replica_id = ReplicaID(unique_id=uid, deployment_id=DEP)
+        self.routing_stats: dict[str, Any] = stats or {}
+        self.max_ongoing_requests = max_ongoing
+
+    async def get_queue_len(self, *, deadline_s: float) -> int:
+        return 0
+
+
+def _pending(view: Any, internal_id: str) -> Any:
+    payload = {"view": view, "body": {}} if view is not None else {"body": {}}
+    return SimpleNamespace(
+        args=[payload], kwargs={}, metadata=SimpleNamespace(internal_request_id=internal_id)
+    )
+
+
+def _router(**kw: Any) -> LLMFleetRequestRouter:
+    r = LLMFleetRequestRouter(deployment_id=DEP, handle_source=DeploymentHandleSource.UNKNOWN)
+    r.initialize_state(**kw)
+    return r
+
+
+def test_replica_view_from_engine_stats_dict() -> None:
+    stats = EngineStats(
+        waiting=2,
+        running=3,
+        waiting_prefill_tokens=900,
+        kv_usage=0.4,
+        kv_capacity_tokens=46_000,
+        block_size=128,
+        prefill_tokens_per_s=480.0,
+        healthy=False,
+    ).as_dict()
+    v = replica_view_from_stats("x", stats, ongoing=5, max_ongoing=16)
+    assert (v.waiting, v.running, v.waiting_prefill_tokens, v.kv_capacity_tokens) == (
+        2,
+        3,
+        900,
+        46_000,
+    )
+    assert (v.kv_usage, v.block_size, v.prefill_tokens_per_s) == (0.4, 128, 480.0)
+    assert (v.healthy, v.ongoing, v.max_ongoing) == (False, 5, 16)
+    fresh = replica_view_from_stats("y", {}, default_block_size=16)  # not reported yet
+    assert fresh.healthy and fresh.waiting == 0 and fresh.block_size == 16
+
+
+def test_request_view_lookup_and_rank_tiers() -> None:
+    view = make_request_view("r1", SYSTEM)
+    assert request_view_of(_pending(view, "i1")) is view
+    assert request_view_of(_pending(None, "i2")) is None
+    assert request_view_of(None) is None
+    reps = [FakeReplica("a"), FakeReplica("b"), FakeReplica("c")]
+    tiers = rank_tiers(RoutingDecision("b", "affinity", {"a": 0.1, "b": 2.0, "c": 0.9}), reps)
+    assert [[r.replica_id.unique_id for r in t] for t in tiers] == [["b"], ["c", "a"]]
+
+
+async def test_choose_observe_complete_cycle_learns_affinity() -> None:
+    router = _router(policy="prefix", config={"load_slack": 4.0}, seed=3)
+    reps = [FakeReplica(u, EngineStats(kv_capacity_tokens=16_000).as_dict()) for u in "abcd"]
+    router.update_replicas(reps)
+    first = make_request_view("r1", SYSTEM + [1])
+    tiers = await router.choose_replicas(reps, _pending(first, "i1"))
+    chosen = tiers[0][0]
+    assert len(tiers) == 2 and len(tiers[1]) == 3
+    router.on_request_routed(_pending(first, "i1"), chosen.replica_id, None)
+    assert router.replica_view(chosen).ongoing == 1
+    again = await router.choose_replicas(reps, _pending(make_request_view("r2", SYSTEM), "i2"))
+    assert again[0][0] is chosen
+    router.on_request_completed(chosen.replica_id, "i1")
+    assert router.replica_view(chosen).ongoing == 0
+    assert router.decision_counts == {"fallback": 1, "affinity": 1}
+
+
+async def test_missing_view_falls_back_to_p2c_and_gone_replica_is_forgotten() -> None:
+    router = _router(policy="prefix")
+    busy = FakeReplica("busy", EngineStats(waiting=20).as_dict())
+    idle = FakeReplica("idle", EngineStats().as_dict())
+    router.update_replicas([busy, idle])
+    tiers = await router.choose_replicas([busy, idle], _pending(None, "i1"))
+    assert tiers[0] == [idle] and router.decision_counts["fallback"] == 1
+    view = make_request_view("r", SYSTEM)
+    router.on_request_routed(_pending(view, "i2"), idle.replica_id, None)
+    assert router.policy.index.size("idle") == 16  # type: ignore[attr-defined]
+    router.update_replicas([busy])  # idle left the deployment
+    assert router.policy.index.size("idle") == 0  # type: ignore[attr-defined]
+    router.on_replica_actor_died(busy.replica_id)
+    assert "busy" not in router.known
+    await asyncio.sleep(0)
+
+
+async def test_all_unavailable_returns_every_candidate_as_one_tier() -> None:
+    router = _router(policy="least-loaded")
+    reps = [FakeReplica("a", {"healthy": 0.0}), FakeReplica("b", {"healthy": 0.0})]
+    tiers = await router.choose_replicas(reps, _pending(make_request_view("r", SYSTEM), "i"))
+    assert tiers == [reps] and router.decision_counts["fallback"] == 1
+    assert await router.choose_replicas([], None) == []
