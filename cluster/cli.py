@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import time
 from typing import Any
@@ -66,7 +65,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     gcs = runtime.start_ray(cfg)
     try:
         url = runtime.deploy(cfg)
-        runtime.write_state({"pid": os.getpid(), "gcs_address": gcs, "url": url, "started": time.time()})
+        runtime.write_state({"pid": os.getpid(), "gcs_address": gcs, "url": url, "started": time.time(),
+                             "session_dir": os.environ.get("LLMFLEET_RAY_SESSION_DIR", "")})
         runtime.wait_ready(url, timeout_s=args.ready_timeout)
         print(f"llmfleet ready: {url}/v1 (model {cfg.model.served_name}); Ctrl-C to stop", flush=True)
         while not stopping["flag"]:
@@ -116,10 +116,11 @@ def cmd_down(args: argparse.Namespace) -> int:
             time.sleep(0.2)
         if runtime.pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
-    # After a crash Ray's processes can outlive `up`: stop them too.
-    env = {**os.environ, "RAY_AUTH_MODE": "token"}
-    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
-    subprocess.run([ray_bin, "stop", "--force"], env=env, check=False, capture_output=True)
+    # After a crash Ray's processes can outlive `up`: stop that session's processes (only).
+    if state and state.get("session_dir"):
+        killed = runtime.kill_ray_session(state["session_dir"])
+        if killed:
+            print(f"llmfleet: killed {killed} leftover Ray processes")
     runtime.clear_state()
     print("llmfleet: stopped")
     return 0

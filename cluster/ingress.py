@@ -121,7 +121,8 @@ class OpenAIIngress:
         finally:
             stream.cancel()
         u = usage(last.get("prompt_tokens", 0), last.get("completion_tokens", 0), last.get("cached_tokens", 0))
-        return JSONResponse(fmt.full("".join(parts), last.get("finish_reason"), u))
+        headers = {"x-llmfleet-replica": str(last.get("replica", ""))}
+        return JSONResponse(fmt.full("".join(parts), last.get("finish_reason"), u), headers=headers)
 
     async def _sse(self, stream: Any, fmt: Formatter, include_usage: bool) -> AsyncIterator[bytes]:
         last: dict[str, Any] = {}

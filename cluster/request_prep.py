@@ -14,6 +14,7 @@ from typing import Any
 
 from cluster.openai_protocol import APIError, ChatRequest, CompletionRequest
 from router.hashing import block_hashes
+from router.ray_compat import RoutedPayload
 from router.types import RequestView
 
 
@@ -100,7 +101,7 @@ def prepare(req: CompletionRequest | ChatRequest, tokenizer: Any, limits: Limits
     gen = dict(request_id=rid, prompt_token_ids=ids, max_tokens=max_tokens, temperature=req.temperature,
                top_p=req.top_p, seed=req.seed, stop=req.stop_list(), ignore_eos=req.ignore_eos,
                arrival_time=time.time())
-    return Prepared(rid, ids, max_tokens, view, {"request": gen, "view": view})
+    return Prepared(rid, ids, max_tokens, view, RoutedPayload(request=gen, view=view))
 
 
 def view_dict(view: RequestView) -> dict[str, Any]:

@@ -45,6 +45,7 @@ def start_ray(cfg: FleetConfig) -> str:
         configure_logging=True,
     )
     port = str(ctx.address_info["gcs_address"]).rsplit(":", 1)[1]
+    os.environ["LLMFLEET_RAY_SESSION_DIR"] = str(ctx.address_info["session_dir"])
     return f"127.0.0.1:{port}"  # clients connect over loopback
 
 
@@ -109,3 +110,30 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def kill_ray_session(session_dir: str) -> int:
+    """Kill the Ray processes of one session (daemons carry the session name in their command
+    line; workers are their descendants). Other Ray clusters on the machine are left alone."""
+    import psutil
+
+    name = os.path.basename(session_dir.rstrip("/"))
+    if not name.startswith("session_"):
+        return 0
+    victims: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if name in " ".join(proc.info["cmdline"] or []):
+                victims[proc.pid] = proc
+                for child in proc.children(recursive=True):
+                    victims[child.pid] = child
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    victims.pop(os.getpid(), None)
+    for proc in victims.values():
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(list(victims.values()), timeout=10)
+    return len(victims)

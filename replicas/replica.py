@@ -46,17 +46,18 @@ class _Metrics:
 
 class LLMReplica:
     async def __init__(self, engine_spec: dict[str, Any], enable_metrics: bool = True) -> None:
+        from ray import serve
+
+        self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.engine = build_engine(engine_spec)
         await self.engine.start()
         self._metrics = _Metrics() if enable_metrics else None
         self._report_task = asyncio.get_running_loop().create_task(self._report_loop())
 
     async def _report_loop(self) -> None:
-        from ray import serve
-
         from cluster.status_registry import get_status_actor
 
-        replica_id = serve.get_replica_context().replica_id.unique_id
+        replica_id = self.replica_id
         status = None
         while True:
             with contextlib.suppress(Exception):
@@ -84,6 +85,7 @@ class LLMReplica:
         async with contextlib.aclosing(self.engine.generate(req)) as stream:
             async for delta in stream:
                 out = asdict(delta)
+                out["replica"] = self.replica_id
                 if self._metrics is not None and delta.token_times:
                     for t in delta.token_times:
                         if first_t is None:

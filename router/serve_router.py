@@ -88,6 +88,7 @@ class LLMFleetRequestRouter(RequestRouter):
         block_size: int = 16,
         seed: int = 0,
         kv_events_endpoint_template: str | None = None,
+        single_caller: bool = True,
     ) -> None:
         self.policy_name = policy
         self.policy: RoutingPolicy = make_policy(
@@ -98,6 +99,7 @@ class LLMFleetRequestRouter(RequestRouter):
         self.inflight: collections.Counter[str] = collections.Counter()
         self.routed: dict[str, tuple[str, str]] = {}  # internal id -> (request id, replica)
         self.decision_counts: collections.Counter[str] = collections.Counter()
+        self.single_caller = single_caller
         self.kv_template = kv_events_endpoint_template if policy == "prefix-precise" else None
         self.subscribers: dict[str, KVEventSubscriber] = {}
         self.known: set[str] = set()
@@ -110,9 +112,14 @@ class LLMFleetRequestRouter(RequestRouter):
     def replica_view(self, replica: RunningReplica) -> ReplicaView:
         rid = replica.replica_id.unique_id
         cached = self.replica_queue_len_cache.get(replica.replica_id) or 0
+        stats = replica.routing_stats
+        if self.single_caller and max(self.inflight[rid], cached) == 0:
+            # Stats are polled periodically: a replica this (only) router has nothing in
+            # flight at is idle, whatever its last report said about queued work.
+            stats = {**stats, "waiting": 0, "running": 0, "waiting_prefill_tokens": 0}
         return replica_view_from_stats(
             rid,
-            replica.routing_stats,
+            stats,
             ongoing=max(self.inflight[rid], cached),
             max_ongoing=replica.max_ongoing_requests,
             default_block_size=self.block_size,

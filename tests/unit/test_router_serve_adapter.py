@@ -93,7 +93,7 @@ async def test_choose_observe_complete_cycle_learns_affinity() -> None:
 
 
 async def test_missing_view_falls_back_to_p2c_and_gone_replica_is_forgotten() -> None:
-    router = _router(policy="prefix")
+    router = _router(policy="prefix", single_caller=False)  # trust reported queues as-is
     busy = FakeReplica("busy", EngineStats(waiting=20).as_dict())
     idle = FakeReplica("idle", EngineStats().as_dict())
     router.update_replicas([busy, idle])
@@ -115,3 +115,12 @@ async def test_all_unavailable_returns_every_candidate_as_one_tier() -> None:
     tiers = await router.choose_replicas(reps, _pending(make_request_view("r", SYSTEM), "i"))
     assert tiers == [reps] and router.decision_counts["fallback"] == 1
     assert await router.choose_replicas([], None) == []
+
+
+async def test_single_caller_ignores_stale_queue_reports_of_idle_replicas() -> None:
+    router = _router(policy="prefix")
+    stale = FakeReplica("stale", EngineStats(waiting=1, waiting_prefill_tokens=544).as_dict())
+    view = router.replica_view(stale)
+    assert (view.waiting, view.waiting_prefill_tokens) == (0, 0)  # nothing of ours in flight there
+    router.on_request_routed(_pending(make_request_view("r", SYSTEM), "i1"), stale.replica_id, None)
+    assert router.replica_view(stale).waiting_prefill_tokens == 544

@@ -1,0 +1,190 @@
+"""``make bench-router``: every routing policy side by side, per scenario (issue 5).
+
+Scenarios
+- ``sim``: virtual time, 64 simulated Llama-3-8B/H100 replicas, the full Mooncake synthetic
+  trace; ``prefix``, ``prefix-precise`` vs round-robin, least-loaded, p2c, sglang-tree, oracle.
+- ``live-sim``: Ray Serve on this machine, 8 simulated replicas in real time (SmolLM2/CPU
+  cost model, ``speed`` 2); a shared-prefix workload and a scaled Mooncake replay; ``prefix``
+  vs Ray's default power-of-two (``ray-p2c``) vs Ray's PrefixCacheAffinityRouter
+  (``ray-prefix``).
+- ``live-vllm``: 2 real vLLM-CPU replicas with SmolLM2, a small shared-prefix workload;
+  ``prefix`` vs ``ray-p2c``. Expensive (~6 GB RAM, ~1 min startup per policy): run it once.
+Output under ``--out``: per policy ``<scenario>/<policy>.json`` + ``.jsonl`` (bench schema),
+``summary.json`` (all scenarios run so far; a mode replaces only its own scenarios),
+``router_compare.png`` (P95 TTFT and hit rate bars), ``router_compare.md`` (tables + goals).
+Live runs take the shared lock ``/tmp/llmfleet-live.lock`` per policy (``--lock none`` when
+the caller already holds it, e.g. under ``flock``).
+Run: python -m bench.router_compare --mode sim|live-sim|live-vllm|all --out results/router
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench.router_compare_live import LOCK_PATH, LiveSetup, LiveWorkload, run_live
+from bench.router_compare_metrics import PolicyRow, scenario_result
+from bench.router_compare_plot import plot_scenarios
+from bench.router_compare_sim import MOONCAKE_TRACE, SimScenario, run_sim
+
+MODES = ("sim", "live-sim", "live-vllm")
+SUMMARY = "summary.json"
+
+
+def live_sim_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
+    config = {
+        "model": {"max_model_len": 8192, "max_tokens_cap": 1024},
+        "engine": {"type": "sim", "sim": {
+            "hardware": "cpu", "model_profile": "smollm2-135m", "speed": 2.0,
+            "block_size": 16, "kv_capacity_tokens": 46_000}},
+        "replicas": {"num_replicas": 8, "num_cpus": 0.1},
+        "server": {"port": port, "metrics_export_port": port + 10_000, "ray_num_cpus": 16},
+    }  # fmt: skip
+    workloads = (
+        LiveWorkload(
+            "shared-prefix",
+            "shared-prefix:groups=16,prompts=6,system=1024,question=32,output=32",
+            "16 groups x 6 prompts, 1024-token system prompt, Poisson 4 req/s",
+            rate=4.0,
+        ),
+        LiveWorkload(
+            "mooncake",
+            f"mooncake:{MOONCAKE_TRACE}",
+            "first 600 Mooncake requests, lengths x1/32, time x0.4",
+            num_requests=600,
+            length_scale=1 / 32,
+            time_scale=0.4,
+            shared_prefix=True,
+        ),
+    )
+    return LiveSetup(
+        "live-sim", config, workloads, ("prefix", "ray-p2c", "ray-prefix"), "ttft_ms=1000",
+        router_params=router_params,
+    )  # fmt: skip
+
+
+def live_vllm_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
+    config = {
+        "engine": {"type": "vllm", "vllm": {"omp_threads": 1, "kv_cache_gib": 1}},
+        "replicas": {"num_replicas": 2, "num_cpus": 1.0},
+        "server": {"port": port, "metrics_export_port": port + 10_000, "ray_num_cpus": 8},
+    }
+    workloads = (
+        LiveWorkload(
+            "shared-prefix",
+            "shared-prefix:groups=8,prompts=6,system=1000,question=32,output=32",
+            "8 groups x 6 prompts, 1000-token system prompt, Poisson 0.5 req/s",
+            rate=0.5,
+        ),
+    )
+    return LiveSetup(
+        "live-vllm", config, workloads, ("prefix", "ray-p2c"), "ttft_ms=2000",
+        use_tokenizer=True, ready_timeout_s=420.0, router_params=router_params,
+    )  # fmt: skip
+
+
+def quick(setup: LiveSetup, n: int = 12) -> LiveSetup:
+    """Smoke-test size: the first ``n`` requests of each workload."""
+    workloads = tuple(replace(w, num_requests=n) for w in setup.workloads)
+    return replace(setup, workloads=workloads, warmup=2)
+
+
+def sim_scenario(args: argparse.Namespace) -> SimScenario:
+    return SimScenario(
+        num_requests=args.sim_requests,
+        router_config=args.router_params,
+        policies=tuple(args.sim_policies.split(",")),
+    )
+
+
+def sim_results(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
+    sc = sim_scenario(args)
+    rows, extra = run_sim(sc, out)
+    setup = {"replicas": sc.replicas, "hardware": sc.hardware, "model": sc.model,
+             "workload": sc.workload, "num_requests": sc.num_requests, "slo": sc.slo,
+             "router_params": sc.router_config, "per_policy": extra}  # fmt: skip
+    return [scenario_result(sc.name, sc.describe(), setup, rows, shared_prefix=True)]
+
+
+def live_results(setup: LiveSetup, out: Path, lock: str | None) -> list[dict[str, Any]]:
+    by_workload: dict[str, list[PolicyRow]] = run_live(setup, out, lock=lock)
+    results = []
+    for w in setup.workloads:
+        desc = f"{setup.num_replicas} replicas ({setup.config['engine']['type']}), {w.description}"
+        info = {"fleet": setup.config, "dataset": w.dataset, "slo": setup.slo,
+                "router_params": setup.router_params}  # fmt: skip
+        results.append(
+            scenario_result(
+                f"{setup.mode}-{w.name}", desc, info, by_workload[w.name], w.shared_prefix
+            )
+        )
+    return results
+
+
+def merge_scenarios(
+    old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Replace scenarios by name, keep the others, order: sim first, then live."""
+    merged = {s["scenario"]: dict(s) for s in old}
+    merged.update({s["scenario"]: dict(s) for s in new})
+    return sorted(
+        merged.values(), key=lambda s: (not s["scenario"].startswith("sim"), s["scenario"])
+    )
+
+
+def write_outputs(out: Path, new: Sequence[Mapping[str, Any]]) -> str:
+    path = out / SUMMARY
+    old = json.loads(path.read_text())["scenarios"] if path.exists() else []
+    scenarios = merge_scenarios(old, new)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps({"scenarios": scenarios, "written_at": time.time()}, indent=2) + "\n"
+    )
+    plot_scenarios(scenarios, out / "router_compare.png")
+    table = "\n\n".join(s["markdown"] for s in scenarios) + "\n"
+    (out / "router_compare.md").write_text(table)
+    return table
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.router_compare", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--mode", choices=(*MODES, "all"), default="sim")
+    p.add_argument("--out", type=Path, default=Path("results/router"))
+    p.add_argument("--lock", default=LOCK_PATH, help="live-run lock file, or 'none'")
+    p.add_argument("--port", type=int, default=8231, help="HTTP port of live runs (metrics +10000)")
+    p.add_argument("--quick", action="store_true", help="live smoke test: 12 requests/workload")
+    p.add_argument("--sim-requests", type=int, default=None, help="first N trace requests (sim)")
+    p.add_argument("--sim-policies", default=",".join(SimScenario().policies))
+    p.add_argument("--router-params", type=json.loads, default={},
+                   help='JSON RouterConfig overrides for our policies, e.g. \'{"load_slack": 0.5}\'')  # fmt: skip
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    lock = None if args.lock == "none" else args.lock
+    modes = MODES if args.mode == "all" else (args.mode,)
+    new: list[dict[str, Any]] = []
+    for mode in modes:
+        if mode == "sim":
+            new += sim_results(args, args.out)
+        else:
+            build = live_sim_setup if mode == "live-sim" else live_vllm_setup
+            setup = build(args.router_params, args.port)
+            new += live_results(quick(setup) if args.quick else setup, args.out, lock)
+    print(write_outputs(args.out, new))
+    print(
+        f"wrote {args.out / SUMMARY}, {args.out / 'router_compare.md'}, {args.out / 'router_compare.png'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

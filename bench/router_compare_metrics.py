@@ -1,0 +1,244 @@
+"""Router comparison: per-policy rows, ratios against baselines, goal checks, markdown table.
+
+Pure functions over ``bench.report.summarize`` results and ``RequestRecord`` lists, so the
+same code scores live runs and virtual-time simulations.
+- Hit rate: prompt tokens served from the prefix cache / prompt tokens, summed over
+  successful requests (``tokens.cached / tokens.input``; the server's ``usage`` numbers).
+- Load imbalance: max / mean over replicas of the time-averaged number of requests in
+  flight. A replica's time-averaged in-flight count is (sum of its requests' E2E) / run
+  time, so the ratio is max(busy_s) / mean(busy_s) with idle replicas counted as 0. An
+  instantaneous max/mean is meaningless when the cluster holds fewer requests than replicas
+  (64 replicas, ~15 in flight: even a perfect spread reads ≥ 4), the time average is not.
+  Live runs sample each replica's reported waiting + running once a second instead
+  (``imbalance_from_samples``), since streamed responses carry no replica header.
+- Goals (issue 5): P95 TTFT of ``prefix`` ≤ 0.5× ``ray-prefix`` and ≤ 0.3× the power-of-two
+  baseline on shared-prefix workloads; hit rate within 5 points of ``oracle``; imbalance
+  ≤ 1.3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from bench.types import RequestRecord
+
+OURS = "prefix"
+P2C_NAMES = ("ray-p2c", "p2c")  # Ray's default router live; our p2c in the simulator
+RAY_PREFIX = "ray-prefix"
+ORACLE = "oracle"
+GOAL_VS_RAY_PREFIX = 0.5
+GOAL_VS_P2C = 0.3
+GOAL_HIT_POINTS = 0.05
+GOAL_IMBALANCE = 1.3
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRow:
+    policy: str
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    ttft_p99_ms: float | None
+    e2e_p50_ms: float | None
+    e2e_p95_ms: float | None
+    e2e_p99_ms: float | None
+    hit_rate: float
+    req_s: float
+    output_tok_s: float
+    goodput_req_s: float
+    slo_attainment: float | None
+    imbalance: float | None
+    completed: int
+    failed: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def with_imbalance(self, value: float | None) -> PolicyRow:
+        return replace(self, imbalance=value) if value is not None else self
+
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    name: str
+    value: float | None
+    target: float
+    met: bool | None  # None: not measurable in this scenario (a policy is missing)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def replica_busy_s(records: Sequence[RequestRecord]) -> dict[str, float]:
+    busy: dict[str, float] = {}
+    for r in records:
+        if r.error is None and r.replica and r.e2e_s is not None:
+            busy[r.replica] = busy.get(r.replica, 0.0) + r.e2e_s
+    return busy
+
+
+def imbalance(records: Sequence[RequestRecord], num_replicas: int) -> float | None:
+    """max / mean of per-replica time-averaged in-flight requests (idle replicas count)."""
+    busy = replica_busy_s(records)
+    n = max(num_replicas, len(busy))
+    total = sum(busy.values())
+    if n == 0 or total <= 0:
+        return None
+    return max(busy.values()) / (total / n)
+
+
+def imbalance_from_samples(
+    samples: Sequence[Mapping[str, float]], num_replicas: int
+) -> float | None:
+    """Same ratio from periodic per-replica in-flight samples (live runs): each replica's
+    mean over the samples, max / mean over replicas (replicas never seen count as 0)."""
+    totals: dict[str, float] = {}
+    for sample in samples:
+        for rid, inflight in sample.items():
+            totals[rid] = totals.get(rid, 0.0) + inflight
+    n = max(num_replicas, len(totals))
+    total = sum(totals.values())
+    if n == 0 or total <= 0:
+        return None
+    return max(totals.values()) / (total / n)
+
+
+def hit_rate(result: Mapping[str, Any]) -> float:
+    tokens = result.get("tokens") or {}
+    prompt = tokens.get("input") or 0
+    return (tokens.get("cached") or 0) / prompt if prompt else 0.0
+
+
+def policy_row(
+    policy: str, result: Mapping[str, Any], records: Sequence[RequestRecord], num_replicas: int
+) -> PolicyRow:
+    ttft, e2e = result["ttft_ms"], result["e2e_ms"]
+    good, reqs = result["goodput"], result["requests"]
+    return PolicyRow(
+        policy=policy,
+        ttft_p50_ms=ttft["p50"],
+        ttft_p95_ms=ttft["p95"],
+        ttft_p99_ms=ttft["p99"],
+        e2e_p50_ms=e2e["p50"],
+        e2e_p95_ms=e2e["p95"],
+        e2e_p99_ms=e2e["p99"],
+        hit_rate=hit_rate(result),
+        req_s=result["throughput"]["req_s"],
+        output_tok_s=result["throughput"]["output_tok_s"],
+        goodput_req_s=good["req_s"],
+        slo_attainment=good["attainment"],
+        imbalance=imbalance(records, num_replicas),
+        completed=reqs["completed"],
+        failed=reqs["failed"],
+    )
+
+
+def _by_name(rows: Sequence[PolicyRow]) -> dict[str, PolicyRow]:
+    return {r.policy: r for r in rows}
+
+
+def p95_ratio(rows: Sequence[PolicyRow], ours: str, baseline: str) -> float | None:
+    """P95 TTFT of ``ours`` / P95 TTFT of ``baseline`` (None when either is missing)."""
+    named = _by_name(rows)
+    a, b = named.get(ours), named.get(baseline)
+    if a is None or b is None or a.ttft_p95_ms is None or not b.ttft_p95_ms:
+        return None
+    return a.ttft_p95_ms / b.ttft_p95_ms
+
+
+def _ratio_goal(rows: Sequence[PolicyRow], baselines: Sequence[str], target: float) -> Goal | None:
+    named = _by_name(rows)
+    base = next((b for b in baselines if b in named), None)
+    if base is None or OURS not in named:
+        return None
+    value = p95_ratio(rows, OURS, base)
+    return Goal(
+        f"p95_ttft_{OURS}_over_{base}", value, target, None if value is None else value <= target
+    )
+
+
+def goals(rows: Sequence[PolicyRow], shared_prefix: bool) -> list[Goal]:
+    """The issue's goals that this scenario can measure, for every ``prefix*`` policy row."""
+    out: list[Goal] = []
+    if shared_prefix:
+        for g in (
+            _ratio_goal(rows, (RAY_PREFIX,), GOAL_VS_RAY_PREFIX),
+            _ratio_goal(rows, P2C_NAMES, GOAL_VS_P2C),
+        ):
+            if g is not None:
+                out.append(g)
+    named = _by_name(rows)
+    for row in rows:
+        if not row.policy.startswith(OURS):
+            continue
+        if ORACLE in named:
+            gap = named[ORACLE].hit_rate - row.hit_rate
+            out.append(
+                Goal(
+                    f"hit_gap_{row.policy}_vs_oracle", gap, GOAL_HIT_POINTS, gap <= GOAL_HIT_POINTS
+                )
+            )
+        if row.imbalance is not None:
+            out.append(
+                Goal(
+                    f"imbalance_{row.policy}",
+                    row.imbalance,
+                    GOAL_IMBALANCE,
+                    row.imbalance <= GOAL_IMBALANCE,
+                )
+            )
+    return out
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{v:,.0f}"
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "–" if v is None else format(v, fmt)
+
+
+HEADER = (
+    "| policy | TTFT p50 / p95 / p99 (ms) | E2E p50 / p95 / p99 (ms) | hit rate | req/s "
+    "| out tok/s | goodput req/s (attain.) | imbalance | ok / failed |"
+)
+
+
+def table_row(r: PolicyRow) -> str:
+    return (
+        f"| {r.policy} | {_ms(r.ttft_p50_ms)} / {_ms(r.ttft_p95_ms)} / {_ms(r.ttft_p99_ms)} "
+        f"| {_ms(r.e2e_p50_ms)} / {_ms(r.e2e_p95_ms)} / {_ms(r.e2e_p99_ms)} "
+        f"| {r.hit_rate * 100:.1f} % | {r.req_s:.2f} | {r.output_tok_s:,.0f} "
+        f"| {r.goodput_req_s:.2f} ({_num(r.slo_attainment, '.0%')}) "
+        f"| {_num(r.imbalance, '.2f')} | {r.completed} / {r.failed} |"
+    )
+
+
+def markdown_table(title: str, rows: Sequence[PolicyRow], goal_list: Sequence[Goal]) -> str:
+    lines = [f"### {title}", "", HEADER, "|" + " --- |" * 9]
+    lines += [table_row(r) for r in rows]
+    if goal_list:
+        lines.append("")
+        for g in goal_list:
+            mark = "n/a" if g.met is None else ("met" if g.met else "MISSED")
+            lines.append(f"- {g.name}: {_num(g.value, '.3f')} (target ≤ {g.target}) — {mark}")
+    return "\n".join(lines)
+
+
+def scenario_result(
+    name: str,
+    description: str,
+    setup: Mapping[str, Any],
+    rows: Sequence[PolicyRow],
+    shared_prefix: bool,
+) -> dict[str, Any]:
+    goal_list = goals(rows, shared_prefix)
+    return {
+        "scenario": name,
+        "description": description,
+        "setup": dict(setup),
+        "policies": [r.as_dict() for r in rows],
+        "goals": [g.as_dict() for g in goal_list],
+        "markdown": markdown_table(f"{name}: {description}", rows, goal_list),
+    }

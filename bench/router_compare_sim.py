@@ -1,0 +1,130 @@
+"""Router comparison, virtual time: one workload through the cluster simulator per policy.
+
+Uses the simulator's own argument parser and builder (``replicas.sim.cli``) so a row here is
+exactly what ``llmfleet sim --router NAME`` would produce for the same flags. The workload
+is built once and replayed unchanged for every policy (same tokens, same arrivals).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.router_compare_metrics import PolicyRow, policy_row
+from bench.types import RequestRecord, RequestSpec
+
+SIM_POLICIES = (
+    "prefix",
+    "prefix-precise",
+    "round-robin",
+    "least-loaded",
+    "p2c",
+    "sglang-tree",
+    "oracle",
+)
+MOONCAKE_TRACE = "/work/shared/traces/mooncake_synthetic.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class SimScenario:
+    name: str = "sim-mooncake"
+    workload: str = f"mooncake:{MOONCAKE_TRACE}"
+    replicas: int = 64
+    hardware: str = "h100"
+    model: str = "llama-3-8b"
+    slo: str = "ttft_ms=2000"
+    time_scale: float = 1.0
+    length_scale: float = 1.0
+    num_requests: int | None = None
+    seed: int = 0
+    policies: tuple[str, ...] = SIM_POLICIES
+    router_config: dict[str, Any] = field(default_factory=dict)
+
+    def cli_args(self, policy: str) -> list[str]:
+        args = [
+            "--replicas", str(self.replicas), "--hardware", self.hardware, "--model", self.model,
+            "--workload", self.workload, "--router", policy, "--slo", self.slo,
+            "--seed", str(self.seed), "--time-scale", str(self.time_scale),
+            "--length-scale", str(self.length_scale), "--out", "unused.json",
+        ]  # fmt: skip
+        if self.num_requests is not None:
+            args += ["--num-requests", str(self.num_requests)]
+        return args
+
+    def describe(self) -> str:
+        scale = f"time×{self.time_scale:g}, length×{self.length_scale:g}"
+        return f"{self.replicas} simulated {self.model}/{self.hardware} replicas, {self.workload.split(':')[0]} ({scale})"
+
+
+def parse_sim_args(scenario: SimScenario, policy: str) -> argparse.Namespace:
+    from replicas.sim.cli import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(scenario.cli_args(policy))
+
+
+def run_policy(
+    scenario: SimScenario, policy: str, specs: Sequence[RequestSpec], arrivals: Sequence[float]
+) -> tuple[dict[str, Any], list[RequestRecord]]:
+    from bench.slo import parse_slo
+    from replicas.sim.cli import build_sim
+    from replicas.sim.results import build_result
+
+    args = parse_sim_args(scenario, policy)
+    slo = parse_slo(args.slo)
+    t0 = time.perf_counter()
+    sim = build_sim(args, slo)
+    if scenario.router_config and hasattr(sim.policy, "config"):
+        from router.config import RouterConfig
+
+        sim.policy.config = RouterConfig.from_dict(scenario.router_config)  # type: ignore[union-attr]
+    records = sim.run(list(specs), list(arrivals))
+    config = {k: v for k, v in vars(args).items() if k not in ("func", "out")}
+    config.update(mode="sim", block_size=sim.block_size, router_config=scenario.router_config)
+    result = build_result(sim, records, config, slo)
+    result["sim"]["total_wall_s"] = time.perf_counter() - t0
+    return result, records
+
+
+def build_workload(scenario: SimScenario) -> tuple[list[RequestSpec], list[float]]:
+    from bench.datasets import build_requests
+    from replicas.sim.cli import _arrivals
+
+    specs = build_requests(
+        scenario.workload,
+        num_requests=scenario.num_requests,
+        seed=scenario.seed,
+        length_scale=scenario.length_scale,
+        time_scale=scenario.time_scale,
+    )
+    return specs, _arrivals(specs, None, scenario.seed)
+
+
+def run_sim(
+    scenario: SimScenario, out_dir: Path, log: Any = print
+) -> tuple[list[PolicyRow], dict[str, Any]]:
+    """Every policy on the same workload; per-policy result JSON/JSONL under ``out_dir``."""
+    from bench.report import write_results
+
+    specs, arrivals = build_workload(scenario)
+    rows: list[PolicyRow] = []
+    extra: dict[str, Any] = {}
+    for policy in scenario.policies:
+        result, records = run_policy(scenario, policy, specs, arrivals)
+        write_results(result, records, out_dir / scenario.name / f"{policy}.json")
+        rows.append(policy_row(policy, result, records, scenario.replicas))
+        extra[policy] = {
+            "engine_hit_rate": result["cache"]["hit_rate"],
+            "sampled_inflight_imbalance_mean": result["imbalance"]["mean"],
+            "prompt_tokens_max_over_mean": result["imbalance"]["prompt_tokens_max_over_mean"],
+            "preemptions": result["preemptions"],
+            "wall_s": result["sim"]["total_wall_s"],
+        }
+        log(f"[sim] {policy}: p95 TTFT {rows[-1].ttft_p95_ms or 0:.0f} ms, hit {rows[-1].hit_rate:.3f}, "
+            f"imbalance {rows[-1].imbalance or 0:.2f} ({extra[policy]['wall_s']:.0f} s)")  # fmt: skip
+    return rows, extra

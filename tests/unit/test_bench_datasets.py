@@ -1,0 +1,167 @@
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from bench.datasets import build_requests, parse_spec
+from bench.tokens import FALLBACK_HI, FALLBACK_LO, TokenSource
+
+TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
+
+
+def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_shared_prefix_groups_share_exactly_system_tokens() -> None:
+    specs = build_requests("shared-prefix:groups=3,prompts=4,system=40,question=8,output=5")
+    assert len(specs) == 12
+    assert sorted(s.group for s in specs) == [0] * 4 + [1] * 4 + [2] * 4
+    for a in specs:
+        assert len(a.prompt_token_ids) == 48 and a.output_tokens == 5
+        for b in specs:
+            if a.index == b.index:
+                continue
+            shared = _common_prefix(a.prompt_token_ids, b.prompt_token_ids)
+            if a.group == b.group:
+                assert 40 <= shared < 48  # the system prompt, plus at most a chance match
+                assert a.prompt_token_ids[:40] == b.prompt_token_ids[:40]
+            else:
+                assert shared < 40 and a.prompt_token_ids[:40] != b.prompt_token_ids[:40]
+
+
+def test_shared_prefix_defaults_and_num_requests() -> None:
+    assert len(build_requests("shared-prefix")) == 64
+    specs = build_requests("shared-prefix", num_requests=10)
+    assert len(specs) == 10 and [s.index for s in specs] == list(range(10))
+
+
+def test_datasets_are_seeded_and_fallback_vocab() -> None:
+    a = build_requests("random:input=30,output=4", num_requests=5, seed=1)
+    b = build_requests("random:input=30,output=4", num_requests=5, seed=1)
+    c = build_requests("random:input=30,output=4", num_requests=5, seed=2)
+    assert a == b and a != c
+    assert all(FALLBACK_LO <= t < FALLBACK_HI for s in a for t in s.prompt_token_ids)
+
+
+@pytest.mark.parametrize(
+    ("dist", "check"),
+    [
+        ("fixed", lambda v: set(v) == {100}),
+        ("uniform", lambda v: min(v) >= 50 and max(v) <= 150 and statistics.pstdev(v) > 20),
+        ("normal", lambda v: abs(statistics.fmean(v) - 100) < 8 and 40 < statistics.pstdev(v) < 60),
+        (
+            "exponential",
+            lambda v: abs(statistics.fmean(v) - 100) < 12 and statistics.pstdev(v) > 70,
+        ),
+    ],
+)
+def test_length_distributions(dist: str, check) -> None:
+    spec = f"random:input=100,input_dist={dist},output=100,output_dist={dist},spread=0.5"
+    specs = build_requests(spec, num_requests=400)
+    assert check([len(s.prompt_token_ids) for s in specs])
+    assert check([s.output_tokens for s in specs])
+
+
+def test_multi_turn_prompt_extends_previous_turn() -> None:
+    specs = build_requests("multi-turn:sessions=2,turns=3,system=20,question=5,output=7")
+    assert len(specs) == 6
+    by_session: dict[str, list] = {}
+    for s in specs:
+        by_session.setdefault(s.session_id, []).append(s)
+    for turns in by_session.values():
+        assert [len(t.prompt_token_ids) for t in turns] == [25, 37, 49]
+        for prev, nxt in zip(turns, turns[1:], strict=False):
+            assert nxt.prompt_token_ids[: len(prev.prompt_token_ids)] == prev.prompt_token_ids
+
+
+def _write_mooncake(path: Path) -> None:
+    rows = [
+        {"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [0, 1]},
+        {"timestamp": 3000, "input_length": 1200, "output_length": 20, "hash_ids": [0, 1, 2]},
+        {"timestamp": 1000, "input_length": 1000, "output_length": 30, "hash_ids": [5, 1]},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_mooncake_equal_hash_ids_equal_blocks(tmp_path: Path) -> None:
+    trace = tmp_path / "mc.jsonl"
+    _write_mooncake(trace)
+    specs = build_requests(f"mooncake:{trace}", length_scale=0.25, time_scale=0.5)
+    assert [s.arrival_s for s in specs] == [0.0, 0.5, 1.5]  # sorted by time, ms → s, × 0.5
+    first, other, third = specs  # hash_ids [0,1], [5,1], [0,1,2]
+    assert [len(s.prompt_token_ids) for s in specs] == [256, 250, 300]
+    assert [s.output_tokens for s in specs] == [2, 8, 5]
+    assert first.prompt_token_ids == third.prompt_token_ids[:256]  # same ids 0,1 → same blocks
+    assert first.prompt_token_ids[:128] != other.prompt_token_ids[:128]  # 0 vs 5
+    assert first.prompt_token_ids[128:256] != other.prompt_token_ids[128:250]  # chained prefix
+
+
+def test_mooncake_block_content_depends_only_on_id() -> None:
+    src = TokenSource(None, seed=3)
+    assert src.block("mc-1", 64) == TokenSource(None, seed=3).block("mc-1", 64)
+    assert src.block("mc-1", 64) != src.block("mc-2", 64)
+
+
+def test_real_traces_truncate_and_order() -> None:
+    mc = build_requests(
+        f"mooncake:{TRACES / 'mooncake_synthetic.jsonl'}", num_requests=30, length_scale=1 / 32
+    )
+    az = build_requests(
+        f"azure:{TRACES / 'azure_llm_2023_code.csv'}",
+        num_requests=30,
+        length_scale=0.1,
+        time_scale=2.0,
+    )
+    for specs in (mc, az):
+        times = [s.arrival_s for s in specs]
+        assert len(specs) == 30 and times[0] == 0.0 and times == sorted(times)
+    assert az[1].arrival_s == pytest.approx(2 * 0.052, abs=1e-6)  # 18:17:03.97996 → 04.03196
+
+
+def test_bad_specs_rejected() -> None:
+    for bad in ("nope", "random:bogus=1", "mooncake", "shared-prefix:groups"):
+        with pytest.raises(ValueError):
+            parse_spec(bad)
+
+
+class _FastTokenizer:
+    """The model's real tokenizer.json through the ``tokenizers`` library (what
+    transformers' fast tokenizer wraps), so the test skips the slow transformers import."""
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self._tok = Tokenizer.from_file(str(path))
+        self.all_special_ids: list[int] = []
+
+    def get_vocab(self) -> dict[str, int]:
+        return self._tok.get_vocab()
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+
+def test_tokenizer_prompts_round_trip_exactly() -> None:
+    from replicas.model_prep import default_model_dir
+
+    path = default_model_dir() / "tokenizer.json"
+    if not path.exists():
+        pytest.skip("default model dir not prepared")
+    tok = _FastTokenizer(path)
+    specs = build_requests("shared-prefix:groups=2,prompts=2,system=300,question=20", tokenizer=tok)
+    src = TokenSource(tok)
+    assert len(src.vocab or []) > 10_000
+    for s in specs:
+        text = src.text(s.prompt_token_ids)
+        assert tok.encode(text, add_special_tokens=False) == list(s.prompt_token_ids)
+        assert tok.encode(text) == list(s.prompt_token_ids)  # no BOS added either

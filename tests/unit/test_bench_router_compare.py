@@ -1,0 +1,175 @@
+"""Pure parts of the router comparison: rows, imbalance, ratios, goals, tables, merging."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.report import summarize
+from bench.router_compare import live_sim_setup, merge_scenarios, quick, write_outputs
+from bench.router_compare_metrics import (
+    PolicyRow,
+    goals,
+    hit_rate,
+    imbalance,
+    imbalance_from_samples,
+    markdown_table,
+    p95_ratio,
+    policy_row,
+    scenario_result,
+)
+from bench.router_compare_sim import SimScenario, parse_sim_args
+from bench.types import RequestRecord
+from router.ray_compat import RoutedPayload, prompt_text
+from router.types import RequestView
+
+
+def rec(i: int, replica: str | None, e2e: float, ttft: float = 0.1, cached: int = 0, error=None):
+    return RequestRecord(
+        index=i, intended_send_s=float(i), send_s=float(i), prompt_tokens=100, output_tokens=4,
+        ttft_s=None if error else ttft, e2e_s=None if error else e2e, error=error,
+        replica=replica, cached_tokens=cached,
+    )  # fmt: skip
+
+
+def row(policy: str, p95: float | None, hit: float = 0.5, imb: float | None = 1.0) -> PolicyRow:
+    return PolicyRow(policy, 1.0, p95, 2.0, 1.0, 2.0, 3.0, hit, 1.0, 10.0, 1.0, 1.0, imb, 10, 0)
+
+
+def test_imbalance_is_max_over_mean_busy_time_counting_idle_replicas() -> None:
+    records = [rec(0, "a", 3.0), rec(1, "a", 1.0), rec(2, "b", 2.0), rec(3, "c", 0.0)]
+    # busy: a=4, b=2, c=0; 4 replicas -> mean 1.5 -> 4 / 1.5
+    assert imbalance(records, 4) == pytest.approx(4 / 1.5)
+    assert imbalance(records, 2) == pytest.approx(4 / 2.0)  # replicas seen win over a low count
+    assert imbalance([rec(0, "a", 1.0), rec(1, "b", 1.0)], 2) == pytest.approx(1.0)
+
+
+def test_imbalance_ignores_failures_and_unknown_replicas() -> None:
+    records = [
+        rec(0, "a", 1.0),
+        rec(1, "b", 1.0),
+        rec(2, "b", 9.0, error="http_500"),
+        rec(3, None, 5.0),
+    ]
+    assert imbalance(records, 2) == pytest.approx(1.0)
+    assert imbalance([], 8) is None
+
+
+def test_imbalance_from_samples() -> None:
+    samples = [{"a": 2.0, "b": 0.0}, {"a": 2.0, "b": 2.0}, {}]
+    assert imbalance_from_samples(samples, 2) == pytest.approx(4 / 3)
+    assert imbalance_from_samples(samples, 4) == pytest.approx(4 / 1.5)
+    assert imbalance_from_samples([{"a": 0.0}], 1) is None
+
+
+def test_policy_row_from_summarized_records() -> None:
+    records = [rec(i, f"r{i % 2}", 1.0 + i, ttft=0.1 * (i + 1), cached=50) for i in range(4)]
+    records.append(rec(4, "r0", 0.0, error="timeout"))
+    result = summarize(records, duration_s=10.0, config={}, slo={"ttft_ms": 250})
+    r = policy_row("prefix", result, records, num_replicas=2)
+    assert (r.completed, r.failed) == (4, 1)
+    assert r.hit_rate == pytest.approx(0.5) == hit_rate(result)
+    assert r.ttft_p50_ms == pytest.approx(250.0)
+    assert r.goodput_req_s == pytest.approx(0.2)  # two of five meet 250 ms
+    assert r.slo_attainment == pytest.approx(0.4)
+    assert r.imbalance == pytest.approx(6.0 / 5.0)  # r0: 1+3, r1: 2+4 -> 4 vs 6
+    assert r.with_imbalance(2.5).imbalance == 2.5 and r.with_imbalance(None) is r
+
+
+def test_p95_ratio_and_goals_on_shared_prefix() -> None:
+    rows = [
+        row("prefix", 100.0, hit=0.60, imb=1.2),
+        row("ray-prefix", 400.0),
+        row("ray-p2c", 250.0),
+    ]
+    assert p95_ratio(rows, "prefix", "ray-prefix") == pytest.approx(0.25)
+    by_name = {g.name: g for g in goals(rows, shared_prefix=True)}
+    assert by_name["p95_ttft_prefix_over_ray-prefix"].met is True
+    assert by_name["p95_ttft_prefix_over_ray-p2c"].value == pytest.approx(0.4)
+    assert by_name["p95_ttft_prefix_over_ray-p2c"].met is False
+    assert by_name["imbalance_prefix"].met is True
+    assert not any(n.startswith("hit_gap") for n in by_name)  # no oracle row
+
+
+def test_goals_sim_uses_p2c_and_oracle_for_each_prefix_policy() -> None:
+    rows = [
+        row("prefix", 100.0, hit=0.50),
+        row("prefix-precise", 90.0, hit=0.56, imb=1.5),
+        row("p2c", 1000.0),
+        row("oracle", 80.0, hit=0.57),
+    ]
+    by_name = {g.name: g for g in goals(rows, shared_prefix=True)}
+    assert by_name["p95_ttft_prefix_over_p2c"].value == pytest.approx(0.1)
+    assert by_name["hit_gap_prefix_vs_oracle"].met is False
+    assert by_name["hit_gap_prefix-precise_vs_oracle"].value == pytest.approx(0.01)
+    assert by_name["imbalance_prefix-precise"].met is False
+    assert not any(g.name.startswith("p95") for g in goals(rows, shared_prefix=False))
+
+
+def test_missing_p95_gives_unmeasurable_goal() -> None:
+    rows = [row("prefix", None), row("ray-p2c", 100.0)]
+    assert p95_ratio(rows, "prefix", "ray-p2c") is None
+    (g,) = [g for g in goals(rows, True) if g.name.startswith("p95")]
+    assert g.met is None
+
+
+def test_markdown_table_and_scenario_result() -> None:
+    rows = [row("prefix", 1234.4, hit=0.5), row("ray-p2c", 5000.0, hit=0.1, imb=None)]
+    text = markdown_table("demo", rows, goals(rows, True))
+    assert "| prefix | 1 / 1,234 / 2 |" in text and "50.0 %" in text
+    assert "| ray-p2c |" in text and "| – |" in text
+    assert "p95_ttft_prefix_over_ray-p2c: 0.247 (target ≤ 0.3) — met" in text
+    res = scenario_result("s", "d", {"k": 1}, rows, shared_prefix=True)
+    assert [p["policy"] for p in res["policies"]] == ["prefix", "ray-p2c"]
+    assert res["goals"][0]["met"] is True and res["setup"] == {"k": 1}
+    json.dumps(res)
+
+
+def test_merge_scenarios_replaces_by_name_sim_first() -> None:
+    old = [{"scenario": "live-sim-a", "v": 1}, {"scenario": "sim-mooncake", "v": 1}]
+    new = [{"scenario": "live-sim-a", "v": 2}, {"scenario": "live-vllm-b", "v": 2}]
+    merged = merge_scenarios(old, new)
+    assert [s["scenario"] for s in merged] == ["sim-mooncake", "live-sim-a", "live-vllm-b"]
+    assert merged[1]["v"] == 2
+
+
+def test_write_outputs_keeps_other_modes(tmp_path: Path) -> None:
+    rows = [row("prefix", 100.0), row("p2c", 400.0)]
+    write_outputs(tmp_path, [scenario_result("sim-x", "d", {}, rows, True)])
+    table = write_outputs(tmp_path, [scenario_result("live-sim-y", "d", {}, rows, True)])
+    names = [
+        s["scenario"] for s in json.loads((tmp_path / "summary.json").read_text())["scenarios"]
+    ]
+    assert names == ["sim-x", "live-sim-y"]
+    assert "### sim-x" in table and "### live-sim-y" in table
+    assert (tmp_path / "router_compare.png").stat().st_size > 0
+
+
+def test_sim_args_match_the_simulator_cli() -> None:
+    sc = SimScenario(num_requests=50, time_scale=0.5)
+    args = parse_sim_args(sc, "prefix-precise")
+    assert (args.replicas, args.hardware, args.model, args.router) == (
+        64,
+        "h100",
+        "llama-3-8b",
+        "prefix-precise",
+    )
+    assert args.num_requests == 50 and args.time_scale == 0.5 and args.slo == "ttft_ms=2000"
+
+
+def test_quick_live_setup_caps_requests() -> None:
+    setup = quick(live_sim_setup({}, 8231))
+    assert all(w.num_requests == 12 for w in setup.workloads)
+    assert setup.policies == ("prefix", "ray-p2c", "ray-prefix")
+    assert setup.fleet_config("ray-prefix")["routing"] == {"policy": "ray-prefix", "params": {}}
+
+
+def test_routed_payload_exposes_prompt_for_ray_routers() -> None:
+    view = RequestView("r1", "m", (5, 17, 3), (), 4)
+    payload = RoutedPayload(request={"prompt_token_ids": [5, 17, 3]}, view=view)
+    assert payload.prompt == "5 17 3" == prompt_text((5, 17, 3))
+    assert payload["view"] is view and isinstance(payload, dict)
+    assert RoutedPayload(request={"prompt_token_ids": [1, 2]}).prompt == "1 2"
+    assert not hasattr(payload, "messages")
