@@ -65,3 +65,10 @@ def test_example_configs_in_deploy_are_valid() -> None:
     for f in files:
         if f.name.startswith("llmfleet"):
             load_config(f)
+
+
+def test_readme_config_reference_is_current() -> None:
+    from cluster.config_doc import markdown
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert markdown() in readme, "regenerate the README table: python -m cluster.config_doc"
