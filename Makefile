@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: install model run test lint unit bench-overhead bench-fidelity bench-router bench-autoscale calibrate-sim clean
+.PHONY: install model run test lint unit bench-overhead bench-fidelity bench-replicas bench-router bench-autoscale calibrate-sim clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -43,3 +43,15 @@ bench-fidelity: model
 
 clean:
 	rm -rf $(VENV) .cache results
+
+bench-replicas: model
+	$(PY) -m bench.replica_count --out results/replica_count.json
+
+bench-router: model
+	$(PY) -m bench.router_compare --mode all --out results/router
+
+bench-autoscale: model
+	$(PY) -m bench.autoscale_compare --mode all --out results/autoscale
+
+calibrate-sim: model
+	$(PY) -m replicas.sim.calibrate --out replicas/sim/cpu_fit.json

@@ -43,6 +43,15 @@ async def _internal(_: Request, err: Exception) -> JSONResponse:
     return error_response(APIError(500, "internal server error", type="server_error", code="internal_error"))
 
 
+def health_verdict(rows: list[dict[str, Any]], now: float) -> tuple[int, dict[str, Any]]:
+    """200 if any replica's engine reported healthy within ``HEALTH_FRESH_S``, else 503."""
+    healthy = [r for r in rows if r.get("healthy") and now - r.get("reported_at", 0.0) < HEALTH_FRESH_S]
+    if healthy:
+        return 200, {"status": "ok", "healthy_replicas": len(healthy)}
+    err = APIError(503, "no healthy replica", type="service_unavailable", code="no_healthy_replica")
+    return 503, err.body()
+
+
 def _deployments() -> dict[str, Any]:
     try:
         apps = serve.status().applications
@@ -74,13 +83,8 @@ class OpenAIIngress:
 
     @app.get("/health")
     async def health(self) -> Response:
-        snap = await fleet_snapshot(timeout_s=2.0)
-        now = time.time()
-        healthy = [r for r in snap if r["healthy"] and now - r["reported_at"] < HEALTH_FRESH_S]
-        if healthy:
-            return JSONResponse({"status": "ok", "healthy_replicas": len(healthy)})
-        err = APIError(503, "no healthy replica", type="service_unavailable", code="no_healthy_replica")
-        return error_response(err)
+        status, body = health_verdict(await fleet_snapshot(timeout_s=2.0), time.time())
+        return JSONResponse(body, status_code=status)
 
     @app.get("/fleet/status")
     async def status(self) -> dict[str, Any]:

@@ -139,3 +139,22 @@ def test_concurrent_requests_all_complete(client: openai.OpenAI, vllm_app: str) 
     with cf.ThreadPoolExecutor(8) as pool:
         assert list(pool.map(one, range(8))) == [8] * 8
     assert _running() == 0
+
+
+def test_latency_and_queue_metrics_are_exported_through_ray(client: openai.OpenAI, vllm_app: str) -> None:
+    from replicas import metric_names as M
+
+    client.completions.create(model=vllm_app, prompt="Hi", max_tokens=3)
+    wanted = [M.PROM_PREFIX + M.TTFT_SECONDS + "_count", M.PROM_PREFIX + M.ITL_SECONDS + "_count",
+              M.PROM_PREFIX + M.E2E_SECONDS + "_count", M.PROM_PREFIX + M.KV_USAGE,
+              M.PROM_PREFIX + M.QUEUE_WAITING, "ray_vllm_time_to_first_token_seconds_count"]
+    deadline = time.monotonic() + 45
+    while True:
+        text = httpx.get("http://127.0.0.1:18080/metrics", timeout=10).text
+        missing = [w for w in wanted if w not in text]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert not missing, missing
+    ttft = [ln for ln in text.splitlines() if ln.startswith(M.PROM_PREFIX + M.TTFT_SECONDS + "_count")]
+    assert sum(float(ln.rsplit(" ", 1)[1]) for ln in ttft) >= 1
