@@ -1,0 +1,139 @@
+"""Clock-free engine core: scheduler + paged KV cache + cost model + statistics.
+
+The real-time ``SimEngine`` and the virtual-time cluster simulator drive the same core:
+``begin_step(now) -> (batch, seconds)`` picks the work and prices it; ``end_step(batch,
+end)`` applies it. KV events are flushed to ``on_kv_event(kind, hashes)`` after each
+scheduling decision ("stored" / "removed", parent first).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from replicas.engine import EngineStats
+from replicas.sim import profiles
+from replicas.sim.cost import CostModel
+from replicas.sim.kv_cache import BlockPool, KVCacheManager, KVEventCallback
+from replicas.sim.request import SimRequest
+from replicas.sim.scheduler import Batch, Scheduler, SchedulerConfig
+
+EWMA_ALPHA = 0.2
+TTFT_WINDOW = 200
+
+
+@dataclass(frozen=True, slots=True)
+class CoreConfig:
+    model: str = "smollm2-135m"
+    hardware: str = "cpu"
+    tp: int = 1
+    block_size: int | None = None  # None = the hardware default (16 GPU, 128 CPU)
+    num_gpu_blocks: int | None = None
+    kv_capacity_tokens: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    batching: str = "continuous"
+    batch_size: int = 0
+    batch_timeout_s: float = 0.05
+
+
+class EngineCore:
+    def __init__(
+        self, config: CoreConfig, on_kv_event: KVEventCallback | None = None, speed: float = 1.0
+    ) -> None:
+        hw = profiles.hardware(config.hardware)
+        mp = profiles.model(config.model)
+        self.cost = CostModel(mp, hw, config.tp)
+        self.block_size = config.block_size or hw.default_block_size
+        self.max_model_len = config.max_model_len or mp.max_model_len
+        blocks = config.num_gpu_blocks
+        if blocks is None:
+            cap = config.kv_capacity_tokens or self.cost.kv_capacity_tokens()
+            blocks = cap // self.block_size
+        pool = BlockPool(blocks, self.block_size, config.enable_prefix_caching)
+        self.kv = KVCacheManager(pool)
+        self.scheduler = Scheduler(
+            SchedulerConfig(
+                max_num_seqs=config.max_num_seqs or hw.default_max_num_seqs,
+                max_num_batched_tokens=config.max_num_batched_tokens
+                or hw.default_max_num_batched_tokens,
+                max_model_len=self.max_model_len,
+                enable_chunked_prefill=config.enable_chunked_prefill,
+                batching=config.batching,
+                batch_size=config.batch_size,
+                batch_timeout_s=config.batch_timeout_s,
+            ),
+            self.kv,
+        )
+        self.on_kv_event = on_kv_event
+        self.steps = 0
+        self.busy_s = 0.0
+        chunk = min(2048, self.scheduler.config.max_num_batched_tokens)
+        self._prefill_rate = speed * self.cost.nominal_prefill_tokens_per_s(chunk)
+        self._decode_rate = 0.0
+        self._ttfts: deque[float] = deque(maxlen=TTFT_WINDOW)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.kv.pool.num_blocks * self.block_size
+
+    def add(self, req: SimRequest, now: float) -> None:
+        req.arrival = now
+        self.scheduler.add(req)
+
+    def abort(self, req: SimRequest) -> None:
+        self.scheduler.abort(req)
+        self.kv.pool.drain_events(self.on_kv_event)
+
+    def begin_step(self, now: float) -> tuple[Batch | None, float]:
+        batch = self.scheduler.schedule(now)
+        self.kv.pool.drain_events(self.on_kv_event)
+        if batch is None:
+            return None, 0.0
+        return batch, self.cost.step_time(batch.shape)
+
+    def end_step(self, batch: Batch, start: float, end: float) -> list[SimRequest]:
+        dt = end - start
+        self.steps += 1
+        self.busy_s += dt
+        out = self.scheduler.complete(batch, end)
+        if dt > 0:
+            shape = batch.shape
+            if shape.prefill_tokens:
+                rate = shape.prefill_tokens / dt
+                self._prefill_rate += EWMA_ALPHA * (rate - self._prefill_rate)
+            self._decode_rate += EWMA_ALPHA * (shape.sampled / dt - self._decode_rate)
+        for req in out:
+            if req.num_output == 1 and req.first_token_time is not None:
+                self._ttfts.append(req.first_token_time - req.arrival)
+        return out
+
+    def stats(self) -> EngineStats:
+        sch = self.scheduler
+        pending = max(0, sch.pending_prefill)
+        rate = self._prefill_rate
+        return EngineStats(
+            waiting=len(sch.waiting),
+            running=len(sch.running),
+            waiting_prefill_tokens=pending,
+            kv_usage=self.kv.pool.usage(),
+            kv_capacity_tokens=self.kv_capacity_tokens,
+            prefix_hits=self.kv.hit_tokens,
+            prefix_queries=self.kv.query_tokens,
+            block_size=self.block_size,
+            prefill_tokens_per_s=rate,
+            decode_tokens_per_s=self._decode_rate,
+            queue_delay_s=pending / rate if rate > 0 else 0.0,
+            ttft_p95_s=_p95(self._ttfts),
+            extra={"num_preemptions": float(sch.num_preemptions), "steps": float(self.steps)},
+        )
+
+
+def _p95(values: deque[float]) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
