@@ -25,8 +25,8 @@ from bench.types import RequestRecord, RequestSpec
 from replicas.sim import profiles
 from replicas.sim.cluster_replica import SimReplica
 from replicas.sim.core import CoreConfig
-from replicas.sim.fast_hash import block_hashes
 from replicas.sim.request import SimRequest
+from router.hashing import block_hashes
 from router.types import Completed, NoReplicaAvailable, RequestView, Routed, RoutingPolicy
 
 STEP, TICK, READY, ARRIVE, DRAIN = 0, 1, 2, 3, 4

@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator, Callable
 
 from replicas.engine import FINISH_ABORT, Delta, EngineStats, GenerateRequest
 from replicas.sim.core import CoreConfig, EngineCore
-from replicas.sim.fast_hash import block_hashes
 from replicas.sim.kv_cache import KVEventCallback
 from replicas.sim.request import FINISHED, SimRequest
+from router.hashing import block_hashes
 
 VOCAB_RANGE = (1000, 30000)
 

@@ -98,13 +98,17 @@ def test_duplicate_blocks_cached_once() -> None:
     assert pool.num_free == 8 - 3  # b's duplicates are plain free blocks
 
 
-def test_fast_block_hashes_equal_router_hashing() -> None:
+def test_block_hashes_chain_hash_block() -> None:
     import random
 
-    from replicas.sim.fast_hash import block_hashes as fast
+    from router.hashing import ROOT_HASH, hash_block
 
     rng = random.Random(3)
     for n, bs in ((0, 16), (15, 16), (16, 16), (1000, 16), (700, 128)):
         tokens = [rng.randrange(0, 2**32) for _ in range(n)]
-        assert fast(tokens, bs) == block_hashes(tokens, bs)
-        assert fast(tuple(tokens), bs, parent=42) == block_hashes(tokens, bs, parent=42)
+        parent, chained = ROOT_HASH, []
+        for i in range(n // bs):
+            parent = hash_block(parent, tokens[i * bs : (i + 1) * bs])
+            chained.append(parent)
+        assert block_hashes(tokens, bs) == tuple(chained)
+        assert block_hashes(tuple(tokens), bs, parent=42)[:1] == ((hash_block(42, tokens[:bs]),) if n >= bs else ())
