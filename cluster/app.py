@@ -27,6 +27,13 @@ def engine_block_size(cfg: FleetConfig, gpu: bool) -> int:
 
 
 def engine_spec(cfg: FleetConfig, model_dir: str) -> dict[str, Any]:
+    spec = _engine_spec(cfg, model_dir)
+    if cfg.engine.fail_after_tokens is not None:
+        spec["faults"] = {"fail_after_tokens": cfg.engine.fail_after_tokens}
+    return spec
+
+
+def _engine_spec(cfg: FleetConfig, model_dir: str) -> dict[str, Any]:
     e = cfg.engine
     if e.type == "sim":
         s = e.sim

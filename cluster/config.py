@@ -55,6 +55,7 @@ class EngineConfig(_Strict):
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per replica; >1 gives each replica a STRICT_PACK placement group and vLLM's Ray executor.")
     vllm: VLLMArgs = Field(default_factory=VLLMArgs, description="vLLM engine arguments.")
     sim: SimArgs = Field(default_factory=SimArgs, description="Simulated engine arguments.")
+    fail_after_tokens: int | None = Field(None, ge=0, description="Testing only: every request fails after this many tokens (exercises failure paths).")
 
 
 class ReplicaConfig(_Strict):

@@ -120,8 +120,10 @@ class OpenAIIngress:
                     parts.append(d["text"])
                     last = d
         except TimeoutError:
-            stream.cancel()
             return error_response(APIError(504, "request timed out", type="timeout", code="timeout"))
+        except Exception as err:  # the replica or its engine failed: no hang, no stack trace
+            log.warning("request %s failed: %r", fmt.id, err)
+            return error_response(APIError(500, "generation failed", type="server_error", code="engine_error"))
         finally:
             stream.cancel()
         u = usage(last.get("prompt_tokens", 0), last.get("completion_tokens", 0), last.get("cached_tokens", 0))

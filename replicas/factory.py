@@ -22,6 +22,12 @@ def light_detokenizer(model_dir: str) -> Callable[[list[int]], str] | None:
 
 
 def build_engine(spec: dict[str, Any]) -> Engine:
+    from replicas.faults import wrap
+
+    return wrap(_build(spec), spec.get("faults"))
+
+
+def _build(spec: dict[str, Any]) -> Engine:
     kind = spec.get("type", "vllm")
     settings = dict(spec["settings"])
     if kind == "vllm":

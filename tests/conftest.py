@@ -20,3 +20,7 @@ def tokenizer(model_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(model_dir))
+
+
+# One Ray cluster per test session, shared by every module that deploys an app.
+from tests.serve_fixtures import ray_session  # noqa: E402, F401

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.serve_fixtures import TEST_URL, delete_app, deploy_app, ray_session  # noqa: F401
+from tests.serve_fixtures import TEST_URL, delete_app, deploy_app
 
 pytestmark = [pytest.mark.component]
 MODEL = "smollm2-135m-instruct"
@@ -20,7 +20,7 @@ REPLICAS = 4
 
 
 @pytest.fixture(scope="module")
-def sim_app(ray_session: None) -> Iterator[str]:  # noqa: F811
+def sim_app(ray_session: None) -> Iterator[str]:
     deploy_app({
         "engine": {"type": "sim", "sim": {"hardware": "cpu", "model_profile": "smollm2-135m", "speed": 1.0,
                                           "block_size": 16, "kv_capacity_tokens": 20000}},
