@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import random
 import time
@@ -28,6 +29,7 @@ from typing import Any
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from router.kv_subscriber import KVEventSubscriber
+from router.outstanding import OutstandingPrefill
 from router.registry import make_policy
 from router.types import (
     Completed,
@@ -100,6 +102,9 @@ class LLMFleetRequestRouter(RequestRouter):
         self.routed: dict[str, tuple[str, str]] = {}  # internal id -> (request id, replica)
         self.decision_counts: collections.Counter[str] = collections.Counter()
         self.single_caller = single_caller
+        self.outstanding = OutstandingPrefill()
+        self.rates: dict[str, float] = {}  # replica -> last reported prefill tokens/s
+        self.matched: dict[str, tuple[str, int]] = {}  # request id -> (chosen replica, blocks)
         self.kv_template = kv_events_endpoint_template if policy == "prefix-precise" else None
         self.subscribers: dict[str, KVEventSubscriber] = {}
         self.known: set[str] = set()
@@ -117,13 +122,18 @@ class LLMFleetRequestRouter(RequestRouter):
             # Stats are polled periodically: a replica this (only) router has nothing in
             # flight at is idle, whatever its last report said about queued work.
             stats = {**stats, "waiting": 0, "running": 0, "waiting_prefill_tokens": 0}
-        return replica_view_from_stats(
+        view = replica_view_from_stats(
             rid,
             stats,
             ongoing=max(self.inflight[rid], cached),
             max_ongoing=replica.max_ongoing_requests,
             default_block_size=self.block_size,
         )
+        self.rates[rid] = view.prefill_tokens_per_s
+        own = self.outstanding.get(rid, view.prefill_tokens_per_s)
+        if own > view.waiting_prefill_tokens:
+            view = dataclasses.replace(view, waiting_prefill_tokens=own)
+        return view
 
     def _count(self, reason: str) -> None:
         self.decision_counts[reason] += 1
@@ -153,6 +163,10 @@ class LLMFleetRequestRouter(RequestRouter):
             self._count("fallback")
             return [list(candidate_replicas)]
         self._count(decision.reason)
+        if request is not None:
+            if len(self.matched) > 100_000:  # requests that never got routed
+                self.matched.clear()
+            self.matched[request.request_id] = (decision.replica_id, decision.matched_blocks)
         return rank_tiers(decision, candidate_replicas)
 
     # ---- lifecycle hooks ------------------------------------------------------------
@@ -169,6 +183,9 @@ class LLMFleetRequestRouter(RequestRouter):
         internal_id = pending_request.metadata.internal_request_id
         self.routed[internal_id] = (request.request_id if request else internal_id, rid)
         if request is not None:
+            chosen, blocks = self.matched.pop(request.request_id, (rid, 0))
+            cached = blocks * self.block_size if chosen == rid else 0
+            self.outstanding.add(rid, request.prompt_tokens - cached, self.rates.get(rid, 0.0))
             self._observe(Routed(request, rid, time.monotonic()))
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
@@ -194,6 +211,8 @@ class LLMFleetRequestRouter(RequestRouter):
 
     def _forget(self, rid: str) -> None:
         self.known.discard(rid)
+        if self._state_ready():
+            self.outstanding.forget(rid)
         self.inflight.pop(rid, None)
         sub = self.subscribers.pop(rid, None) if self._state_ready() else None
         if sub is not None:

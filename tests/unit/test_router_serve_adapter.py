@@ -124,3 +124,19 @@ async def test_single_caller_ignores_stale_queue_reports_of_idle_replicas() -> N
     assert (view.waiting, view.waiting_prefill_tokens) == (0, 0)  # nothing of ours in flight there
     router.on_request_routed(_pending(make_request_view("r", SYSTEM), "i1"), stale.replica_id, None)
     assert router.replica_view(stale).waiting_prefill_tokens == 544
+
+
+async def test_burst_between_stats_reports_counts_own_outstanding_prefill() -> None:
+    router = _router(policy="prefix")
+    stats = EngineStats(prefill_tokens_per_s=100.0).as_dict()
+    a, b = FakeReplica("a", stats), FakeReplica("b", stats)
+    router.update_replicas([a, b])
+    first = make_request_view("r1", list(range(5000, 5512)))
+    tiers = await router.choose_replicas([a, b], _pending(first, "i1"))
+    chosen = tiers[0][0]
+    router.on_request_routed(_pending(first, "i1"), chosen.replica_id, None)
+    # the replica's next stats report has not arrived, but the router knows what it sent
+    assert router.replica_view(chosen).waiting_prefill_tokens >= 500
+    second = make_request_view("r2", list(range(9000, 9512)))  # unrelated prompt
+    tiers = await router.choose_replicas([a, b], _pending(second, "i2"))
+    assert tiers[0][0] is not chosen
