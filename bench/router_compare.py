@@ -2,9 +2,12 @@
 
 Scenarios
 - ``sim``: virtual time, 64 simulated Llama-3-8B/H100 replicas, the full Mooncake synthetic
-  trace; ``prefix``, ``prefix-precise`` vs round-robin, least-loaded, p2c, sglang-tree, oracle.
-- ``live-sim``: Ray Serve on this machine, 8 simulated replicas in real time (SmolLM2/CPU
-  cost model, ``speed`` 2); a shared-prefix workload and a scaled Mooncake replay; ``prefix``
+  trace (``sim-mooncake``) and a shared-prefix workload (``sim-shared-prefix``: 64 groups x
+  64 prompts, 4096-token system prompt, Poisson 40 req/s); ``prefix``, ``prefix-precise`` vs
+  round-robin, least-loaded, p2c, sglang-tree, oracle.
+- ``live-sim``: Ray Serve on this machine, 8 simulated replicas in real time (Llama-3-8B on
+  L4 cost model: ~0.27 s cold prefill of 1k tokens, ~67 ms per decode step; a GPU profile so
+  the CPU calibration cannot change it between policies); a shared-prefix workload and a scaled Mooncake replay; ``prefix``
   vs Ray's default power-of-two (``ray-p2c``) vs Ray's PrefixCacheAffinityRouter
   (``ray-prefix``).
 - ``live-vllm``: 2 real vLLM-CPU replicas with SmolLM2, a small shared-prefix workload;
@@ -41,7 +44,7 @@ def live_sim_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
     config = {
         "model": {"max_model_len": 8192, "max_tokens_cap": 1024},
         "engine": {"type": "sim", "sim": {
-            "hardware": "cpu", "model_profile": "smollm2-135m", "speed": 2.0,
+            "hardware": "l4", "model_profile": "llama-3-8b", "speed": 1.0,
             "block_size": 16, "kv_capacity_tokens": 46_000}},
         "replicas": {"num_replicas": 8, "num_cpus": 0.1},
         "server": {"port": port, "metrics_export_port": port + 10_000, "ray_num_cpus": 16},
@@ -49,9 +52,9 @@ def live_sim_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
     workloads = (
         LiveWorkload(
             "shared-prefix",
-            "shared-prefix:groups=16,prompts=6,system=1024,question=32,output=32",
-            "16 groups x 6 prompts, 1024-token system prompt, Poisson 4 req/s",
-            rate=4.0,
+            "shared-prefix:groups=8,prompts=40,system=1024,question=32,output=32",
+            "8 groups x 40 prompts, 1024-token system prompt, Poisson 5 req/s",
+            rate=5.0,
         ),
         LiveWorkload(
             "mooncake",
@@ -89,27 +92,37 @@ def live_vllm_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
     )  # fmt: skip
 
 
-def quick(setup: LiveSetup, n: int = 12) -> LiveSetup:
+def quick(setup: LiveSetup, n: int = 24) -> LiveSetup:
     """Smoke-test size: the first ``n`` requests of each workload."""
     workloads = tuple(replace(w, num_requests=n) for w in setup.workloads)
     return replace(setup, workloads=workloads, warmup=2)
 
 
-def sim_scenario(args: argparse.Namespace) -> SimScenario:
-    return SimScenario(
-        num_requests=args.sim_requests,
-        router_config=args.router_params,
-        policies=tuple(args.sim_policies.split(",")),
-    )
+SIM_SHARED_PREFIX = "shared-prefix:groups=64,prompts=64,system=4096,question=64,output=128"
+
+
+def sim_scenarios(args: argparse.Namespace) -> list[SimScenario]:
+    common = {
+        "num_requests": args.sim_requests,
+        "router_config": args.router_params,
+        "policies": tuple(args.sim_policies.split(",")),
+    }
+    return [
+        SimScenario(**common),
+        SimScenario(name="sim-shared-prefix", workload=SIM_SHARED_PREFIX, rate=40.0, **common),
+    ]
 
 
 def sim_results(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
-    sc = sim_scenario(args)
-    rows, extra = run_sim(sc, out)
-    setup = {"replicas": sc.replicas, "hardware": sc.hardware, "model": sc.model,
-             "workload": sc.workload, "num_requests": sc.num_requests, "slo": sc.slo,
-             "router_params": sc.router_config, "per_policy": extra}  # fmt: skip
-    return [scenario_result(sc.name, sc.describe(), setup, rows, shared_prefix=True)]
+    results = []
+    for sc in sim_scenarios(args):
+        rows, extra = run_sim(sc, out)
+        setup = {"replicas": sc.replicas, "hardware": sc.hardware, "model": sc.model,
+                 "workload": sc.workload, "rate": sc.rate, "num_requests": sc.num_requests,
+                 "slo": sc.slo, "router_params": sc.router_config,
+                 "router_config": effective_router_config(sc.router_config), "per_policy": extra}  # fmt: skip
+        results.append(scenario_result(sc.name, sc.describe(), setup, rows, sc.shared_prefix))
+    return results
 
 
 def live_results(setup: LiveSetup, out: Path, lock: str | None) -> list[dict[str, Any]]:
@@ -118,13 +131,23 @@ def live_results(setup: LiveSetup, out: Path, lock: str | None) -> list[dict[str
     for w in setup.workloads:
         desc = f"{setup.num_replicas} replicas ({setup.config['engine']['type']}), {w.description}"
         info = {"fleet": setup.config, "dataset": w.dataset, "slo": setup.slo,
-                "router_params": setup.router_params}  # fmt: skip
+                "router_params": setup.router_params,
+                "router_config": effective_router_config(setup.router_params)}  # fmt: skip
         results.append(
             scenario_result(
                 f"{setup.mode}-{w.name}", desc, info, by_workload[w.name], w.shared_prefix
             )
         )
     return results
+
+
+def effective_router_config(params: dict[str, Any]) -> dict[str, Any]:
+    """Our policies' full RouterConfig (defaults + overrides), recorded with each result."""
+    from dataclasses import asdict
+
+    from router.config import RouterConfig
+
+    return asdict(RouterConfig.from_dict(params))
 
 
 def merge_scenarios(
@@ -159,7 +182,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("results/router"))
     p.add_argument("--lock", default=LOCK_PATH, help="live-run lock file, or 'none'")
     p.add_argument("--port", type=int, default=8231, help="HTTP port of live runs (metrics +10000)")
-    p.add_argument("--quick", action="store_true", help="live smoke test: 12 requests/workload")
+    p.add_argument("--quick", action="store_true", help="live smoke test: 24 requests per workload")
     p.add_argument("--sim-requests", type=int, default=None, help="first N trace requests (sim)")
     p.add_argument("--sim-policies", default=",".join(SimScenario().policies))
     p.add_argument("--router-params", type=json.loads, default={},

@@ -40,6 +40,8 @@ class SimScenario:
     time_scale: float = 1.0
     length_scale: float = 1.0
     num_requests: int | None = None
+    rate: float | None = None  # Poisson req/s for workloads without timestamps
+    shared_prefix: bool = True  # the P95 TTFT ratio goals apply
     seed: int = 0
     policies: tuple[str, ...] = SIM_POLICIES
     router_config: dict[str, Any] = field(default_factory=dict)
@@ -53,11 +55,16 @@ class SimScenario:
         ]  # fmt: skip
         if self.num_requests is not None:
             args += ["--num-requests", str(self.num_requests)]
+        if self.rate is not None:
+            args += ["--rate", str(self.rate)]
         return args
 
     def describe(self) -> str:
-        scale = f"time×{self.time_scale:g}, length×{self.length_scale:g}"
-        return f"{self.replicas} simulated {self.model}/{self.hardware} replicas, {self.workload.split(':')[0]} ({scale})"
+        if self.rate is not None:
+            load = f"{self.workload}, Poisson {self.rate:g} req/s"
+        else:
+            load = f"{self.workload.split(':')[0]} trace, time x{self.time_scale:g}, length x{self.length_scale:g}"
+        return f"{self.replicas} simulated {self.model}/{self.hardware} replicas, {load}"
 
 
 def parse_sim_args(scenario: SimScenario, policy: str) -> argparse.Namespace:
@@ -102,7 +109,7 @@ def build_workload(scenario: SimScenario) -> tuple[list[RequestSpec], list[float
         length_scale=scenario.length_scale,
         time_scale=scenario.time_scale,
     )
-    return specs, _arrivals(specs, None, scenario.seed)
+    return specs, _arrivals(specs, scenario.rate, scenario.seed)
 
 
 def run_sim(

@@ -4,7 +4,9 @@ Filters (in order): healthy → not draining → below max ongoing → bounded l
 bounded-load cap is ``ceil((1 + slack) * (in_flight_total + 1) / n)`` (consistent hashing
 with bounded loads, Mirrokni et al.): no replica may take a request that would push it above
 its fair share by more than ``slack``, so a hot prefix overflows to the next-best replica —
-which then learns the prefix — instead of queueing behind one.
+which then learns the prefix — instead of queueing behind one. The cap is at least
+``min_cap``: with fewer requests in flight than replicas the fair-share cap is 1, which would
+filter out every replica holding even one request and send a prefix away from its owner.
 Picker: highest score, ties broken by an injected ``random.Random``.
 """
 
@@ -31,8 +33,10 @@ def load_cap(replicas: Sequence[ReplicaView], slack: float) -> int:
     return math.ceil((1.0 + slack) * (total + 1) / max(1, len(replicas)))
 
 
-def within_load_bound(replicas: list[ReplicaView], slack: float) -> list[ReplicaView]:
-    cap = load_cap(replicas, slack) - 1
+def within_load_bound(
+    replicas: list[ReplicaView], slack: float, min_cap: int = 1
+) -> list[ReplicaView]:
+    cap = max(min_cap, load_cap(replicas, slack)) - 1
     kept = [r for r in replicas if max(r.ongoing, r.waiting + r.running) <= cap]
     return kept or replicas
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from router.config import RouterConfig
 from router.index import PrefixIndex
 from router.pipeline import available, pick_best, within_load_bound
-from router.scorers import ScoringContext, weighted_scores
+from router.scorers import ScoringContext, fleet_rate, weighted_scores
 from router.types import (
     Completed,
     KVBlocksRemoved,
@@ -78,14 +78,22 @@ class PrefixAwarePolicy:
             return {rid: self.cache_lookup(rid, request.block_hashes) for rid in ids}
         return self.index.match(request.block_hashes, ids)
 
+    def cache_fill(self, replicas: Sequence[ReplicaView]) -> dict[str, float]:
+        if self.cache_lookup is not None:
+            return {}  # oracle mode keeps no index
+        idx = self.index
+        return {r.replica_id: idx.size(r.replica_id) / idx.capacity(r.replica_id) for r in replicas}
+
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> RoutingDecision:
         healthy = available(replicas)
         for r in healthy:
             if r.kv_capacity_tokens > 0:
                 self._capacity_hint[r.replica_id] = r.kv_capacity_tokens // self.block_size
         matches = self.matches(request, healthy)
-        bounded = within_load_bound(healthy, self.config.load_slack)
-        ctx = ScoringContext(request, matches, self.block_size, self.config)
+        bounded = within_load_bound(healthy, self.config.load_slack, self.config.min_load_cap)
+        fill = self.cache_fill(healthy) if self.config.weights.spread else {}
+        rate = fleet_rate(healthy)
+        ctx = ScoringContext(request, matches, self.block_size, self.config, rate, fill)
         scores = weighted_scores(ctx, bounded)
         chosen = pick_best(scores, self.rng)
         best = max(matches.values(), default=0)

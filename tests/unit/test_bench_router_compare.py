@@ -22,8 +22,11 @@ from bench.router_compare_metrics import (
 )
 from bench.router_compare_sim import SimScenario, parse_sim_args
 from bench.types import RequestRecord
+from router.hashing import block_hashes
 from router.ray_compat import RoutedPayload, prompt_text
-from router.types import RequestView
+from router.registry import make_policy
+from router.scorers import fleet_rate
+from router.types import ReplicaView, RequestView, Routed
 
 
 def rec(i: int, replica: str | None, e2e: float, ttft: float = 0.1, cached: int = 0, error=None):
@@ -161,7 +164,7 @@ def test_sim_args_match_the_simulator_cli() -> None:
 
 def test_quick_live_setup_caps_requests() -> None:
     setup = quick(live_sim_setup({}, 8231))
-    assert all(w.num_requests == 12 for w in setup.workloads)
+    assert all(w.num_requests == 24 for w in setup.workloads)
     assert setup.policies == ("prefix", "ray-p2c", "ray-prefix")
     assert setup.fleet_config("ray-prefix")["routing"] == {"policy": "ray-prefix", "params": {}}
 
@@ -173,3 +176,39 @@ def test_routed_payload_exposes_prompt_for_ray_routers() -> None:
     assert payload["view"] is view and isinstance(payload, dict)
     assert RoutedPayload(request={"prompt_token_ids": [1, 2]}).prompt == "1 2"
     assert not hasattr(payload, "messages")
+
+
+# ---- router fixes made for this benchmark (fleet prefill rate, spread scorer) -----------
+def _view(rid: str, rate: float) -> ReplicaView:
+    return ReplicaView(rid, prefill_tokens_per_s=rate, kv_capacity_tokens=16 * 100)
+
+
+def _request(rid: str, tokens: tuple[int, ...]) -> RequestView:
+    return RequestView(rid, "m", tokens, block_hashes(tokens, 16), 4)
+
+
+def test_fleet_rate_is_the_median_of_measured_rates() -> None:
+    assert (
+        fleet_rate([_view("a", 0.0), _view("b", 900.0), _view("c", 3000.0), _view("d", 1000.0)])
+        == 1000.0
+    )
+    assert fleet_rate([_view("a", 0.0)]) == 0.0
+
+
+def test_cold_request_is_not_steered_by_rate_noise() -> None:
+    policy = make_policy("prefix", block_size=16)
+    views = [_view("fast", 2100.0), _view("mid", 2000.0), _view("slow", 1900.0)]
+    decision = policy.choose(_request("x", tuple(range(640))), views)
+    assert len(set(decision.scores.values())) == 1  # a tie, broken by the injected rng
+
+
+def test_spread_weight_sends_new_prefixes_to_the_emptiest_replica() -> None:
+    policy = make_policy("prefix", block_size=16, config={"weights": {"spread": 1.0}})
+    views = [_view("a", 1000.0), _view("b", 1000.0)]
+    policy.observe(Routed(_request("old", tuple(range(800))), "a", 0.0))  # a holds 50 blocks
+    decision = policy.choose(_request("new", tuple(range(5000, 5640))), views)
+    assert decision.replica_id == "b" and decision.reason == "fallback"
+    off = make_policy("prefix", block_size=16, config={"weights": {"spread": 0.0}})
+    off.observe(Routed(_request("old", tuple(range(800))), "a", 0.0))
+    scores = off.choose(_request("new", tuple(range(5000, 5640))), views).scores
+    assert scores["a"] == scores["b"]  # weight 0: no effect

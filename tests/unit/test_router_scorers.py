@@ -67,7 +67,8 @@ def test_ttft_prediction_counts_queue_and_uncached_tokens_over_rate() -> None:
 
 
 def test_weighted_sum_uses_config_weights() -> None:
-    cfg = RouterConfig.from_dict({"weights": {"prefix": 2.0, "queue": 0.0, "kv": 1.0, "ttft": 0.0}})
+    weights = {"prefix": 2.0, "queue": 0.0, "kv": 1.0, "ttft": 0.0, "spread": 0.0}
+    cfg = RouterConfig.from_dict({"weights": weights})
     ctx = _ctx(64, {"a": 2}, cfg)
     scores = weighted_scores(ctx, [ReplicaView("a", kv_usage=0.5), ReplicaView("b", ongoing=9)])
     assert scores == {"a": pytest.approx(2 * 0.5 + 0.5), "b": pytest.approx(1.0)}
