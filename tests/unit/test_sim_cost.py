@@ -54,6 +54,8 @@ def test_tensor_parallel_divides_work_and_adds_comm() -> None:
 
 
 def test_cpu_profile_matches_measured_smollm2_shape() -> None:
+    if profiles.load_cpu_fit():
+        pytest.skip("placeholder replaced by cpu_fit.json (checked in test_sim_calibrate)")
     c = _cost("smollm2-135m", "cpu")
     assert 0.022 <= c.decode_step(1, 256) <= 0.032  # measured ~27 ms/step single stream
     assert 180 <= 8 / c.decode_step(8, 256) <= 260  # ~213 tok/s at 8

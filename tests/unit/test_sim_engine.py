@@ -115,7 +115,7 @@ async def test_many_engines_concurrently_and_prompt_too_long() -> None:
 
 
 async def test_stats_report_rates_ttft_and_queue() -> None:
-    e = _engine(speed=50.0, max_num_seqs=1)
+    e = _engine(speed=10.0, max_num_seqs=1)  # slow enough for any CPU profile
     first = asyncio.create_task(_collect(e, "a", PROMPT, 40))
     await asyncio.sleep(0.01)
     second = asyncio.create_task(_collect(e, "b", list(range(500, 900)), 2))
