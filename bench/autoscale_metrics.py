@@ -121,9 +121,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def cheapest_reaching(
-    rows: Sequence[dict[str, Any]], attainment: float
-) -> dict[str, Any] | None:
+def cheapest_reaching(rows: Sequence[dict[str, Any]], attainment: float) -> dict[str, Any] | None:
     """The lowest-cost row whose attainment is at least ``attainment``."""
     ok = [r for r in rows if (r.get("attainment") or 0.0) >= attainment - 1e-12]
     return min(ok, key=lambda r: r["replica_s"]) if ok else None

@@ -130,3 +130,14 @@ class LookBackRecorder:
         worst = max((m.queue_delay_s for m in snapshot.replicas), default=0.0)
         self.samples.append(Sample(snapshot.now - self.t0, after, worst, int(desired)))
         return desired, new
+
+
+def trace_window(
+    specs: list[RequestSpec], start_s: float, end_s: float, time_scale: float = 1.0
+) -> list[RequestSpec]:
+    """Requests arriving in ``[start_s, end_s)``, re-based to 0, times ``time_scale``."""
+    out = [s for s in specs if s.arrival_s is not None and start_s <= s.arrival_s < end_s]
+    return [
+        replace(s, index=i, arrival_s=(float(s.arrival_s or 0.0) - start_s) * time_scale)
+        for i, s in enumerate(out)
+    ]

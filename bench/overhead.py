@@ -26,13 +26,28 @@ def _fleet_config(path: Path, args: argparse.Namespace) -> None:
         f"server:\n  port: {FLEET_PORT}\n  metrics_export_port: 18012\n"
         f"replicas:\n  num_replicas: 1\n"
         f"engine:\n  vllm:\n    max_num_seqs: 32\n    max_num_batched_tokens: 512\n    kv_cache_gib: 1\n"
-        f"routing:\n  policy: {args.router}\n")
+        f"routing:\n  policy: {args.router}\n"
+    )
 
 
 def drive(url: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    argv = ["--url", url, "--dataset", f"random:input={args.input},output={args.output}",
-            "--concurrency", str(args.concurrency), "--num-requests", str(args.num_requests),
-            "--seed", str(args.seed), "--warmup", "4", "--out", str(out), "--no-progress"]
+    argv = [
+        "--url",
+        url,
+        "--dataset",
+        f"random:input={args.input},output={args.output}",
+        "--concurrency",
+        str(args.concurrency),
+        "--num-requests",
+        str(args.num_requests),
+        "--seed",
+        str(args.seed),
+        "--warmup",
+        "4",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     rc = bench_cli.main(argv)
     if rc != 0:
         raise RuntimeError(f"bench run against {url} failed with {rc}")
@@ -50,7 +65,8 @@ def _ratios(fleet: list[dict], vllm: list[dict]) -> dict[str, float]:
         return statistics.median(vals)
 
     return {
-        "output_tok_s_ratio": med(fleet, "throughput", "output_tok_s") / med(vllm, "throughput", "output_tok_s"),
+        "output_tok_s_ratio": med(fleet, "throughput", "output_tok_s")
+        / med(vllm, "throughput", "output_tok_s"),
         "ttft_p50_diff_ms": med(fleet, "ttft_ms", "p50") - med(vllm, "ttft_ms", "p50"),
         "ttft_p95_diff_ms": med(fleet, "ttft_ms", "p95") - med(vllm, "ttft_ms", "p95"),
         "itl_p95_ratio": med(fleet, "itl_ms", "p95") / med(vllm, "itl_ms", "p95"),
@@ -65,8 +81,11 @@ def _plot(rows: dict[str, list[dict]], out_png: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
-    metrics = [("throughput", "output_tok_s", "output tok/s"), ("ttft_ms", "p50", "P50 TTFT (ms)"),
-               ("itl_ms", "p95", "P95 ITL (ms)")]
+    metrics = [
+        ("throughput", "output_tok_s", "output tok/s"),
+        ("ttft_ms", "p50", "P50 TTFT (ms)"),
+        ("itl_ms", "p95", "P95 ITL (ms)"),
+    ]
     for ax, (grp, key, label) in zip(axes, metrics, strict=True):
         for i, name in enumerate(("vllm", "llmfleet")):
             vals = [r[grp][key] for r in rows[name]]
@@ -106,14 +125,20 @@ def main(argv: list[str] | None = None) -> int:
                     port = VLLM_PORT if name == "vllm" else FLEET_PORT
                     res = drive(f"http://127.0.0.1:{port}", work / f"{name}-{rnd}.json", args)
                     rows[name].append(res)
-                    print(f"round {rnd} {name}: {res['throughput']['output_tok_s']:.1f} tok/s, "
-                          f"P50 TTFT {res['ttft_ms']['p50']:.1f} ms", flush=True)
+                    print(
+                        f"round {rnd} {name}: {res['throughput']['output_tok_s']:.1f} tok/s, "
+                        f"P50 TTFT {res['ttft_ms']['p50']:.1f} ms",
+                        flush=True,
+                    )
         finally:
             serverproc.stop(fleet)
     finally:
         serverproc.stop(vllm)
-    summary = {"ratios": _ratios(rows["llmfleet"], rows["vllm"]), "runs": rows,
-               "config": vars(args) | {"out": str(args.out)}}
+    summary = {
+        "ratios": _ratios(rows["llmfleet"], rows["vllm"]),
+        "runs": rows,
+        "config": vars(args) | {"out": str(args.out)},
+    }
     args.out.write_text(json.dumps(summary, indent=2, default=str))
     _plot(rows, args.out.with_suffix(".png"))
     print(json.dumps(summary["ratios"], indent=2))

@@ -42,8 +42,10 @@ def _rss_sampler(pid: int, peak: list[int], stop: threading.Event) -> None:
 
 def measure(replicas: int, args: argparse.Namespace, work: Path) -> dict:
     cfg = work / f"r{replicas}.yaml"
-    cfg.write_text(f"server:\n  port: {PORT}\n  metrics_export_port: 18013\nreplicas:\n  num_replicas: {replicas}\n"
-                   "engine:\n  vllm:\n    kv_cache_gib: 1\n    omp_threads: 1\n")
+    cfg.write_text(
+        f"server:\n  port: {PORT}\n  metrics_export_port: 18013\nreplicas:\n  num_replicas: {replicas}\n"
+        "engine:\n  vllm:\n    kv_cache_gib: 1\n    omp_threads: 1\n"
+    )
     proc = serverproc.start_llmfleet(cfg, work / f"home{replicas}", work / f"r{replicas}.log")
     peak, stop = [0], threading.Event()
     sampler = threading.Thread(target=_rss_sampler, args=(proc.pid, peak, stop), daemon=True)
@@ -54,9 +56,12 @@ def measure(replicas: int, args: argparse.Namespace, work: Path) -> dict:
         for c in args.concurrency:
             a = argparse.Namespace(**{**vars(args), "concurrency": c})
             res = drive(f"http://127.0.0.1:{PORT}", work / f"r{replicas}-c{c}.json", a)
-            out["runs"][str(c)] = {"output_tok_s": res["throughput"]["output_tok_s"],
-                                   "ttft_p50_ms": res["ttft_ms"]["p50"], "ttft_p95_ms": res["ttft_ms"]["p95"],
-                                   "itl_p95_ms": res["itl_ms"]["p95"]}
+            out["runs"][str(c)] = {
+                "output_tok_s": res["throughput"]["output_tok_s"],
+                "ttft_p50_ms": res["ttft_ms"]["p50"],
+                "ttft_p95_ms": res["ttft_ms"]["p95"],
+                "itl_p95_ms": res["itl_ms"]["p95"],
+            }
     finally:
         stop.set()
         serverproc.stop(proc)
@@ -79,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(rows, indent=2))
     for r in rows:
         for c, m in r["runs"].items():
-            print(f"replicas={r['replicas']} c={c}: {m['output_tok_s']:.1f} tok/s, P50 TTFT {m['ttft_p50_ms']:.0f} ms, "
-                  f"P95 TTFT {m['ttft_p95_ms']:.0f} ms, P95 ITL {m['itl_p95_ms']:.0f} ms")
+            print(
+                f"replicas={r['replicas']} c={c}: {m['output_tok_s']:.1f} tok/s, P50 TTFT {m['ttft_p50_ms']:.0f} ms, "
+                f"P95 TTFT {m['ttft_p95_ms']:.0f} ms, P95 ITL {m['itl_p95_ms']:.0f} ms"
+            )
         print(f"replicas={r['replicas']} peak RSS {r['peak_rss_gib']:.1f} GiB")
     return 0
 

@@ -37,19 +37,44 @@ def _engine_spec(cfg: FleetConfig, model_dir: str) -> dict[str, Any]:
     e = cfg.engine
     if e.type == "sim":
         s = e.sim
-        return {"type": "sim", "settings": {
-            "model": s.model_profile, "hardware": s.hardware, "tp": e.tensor_parallel_size,
-            "block_size": s.block_size, "kv_capacity_tokens": s.kv_capacity_tokens,
-            "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.max_num_batched_tokens,
-            "max_model_len": cfg.model.max_model_len, "speed": s.speed, "batching": s.batching,
-            "tokenizer_path": model_dir,
-        }}
+        return {
+            "type": "sim",
+            "settings": {
+                "model": s.model_profile,
+                "hardware": s.hardware,
+                "tp": e.tensor_parallel_size,
+                "block_size": s.block_size,
+                "kv_capacity_tokens": s.kv_capacity_tokens,
+                "max_num_seqs": s.max_num_seqs,
+                "max_num_batched_tokens": s.max_num_batched_tokens,
+                "max_model_len": cfg.model.max_model_len,
+                "speed": s.speed,
+                "batching": s.batching,
+                "tokenizer_path": model_dir,
+            },
+        }
     v = e.vllm
-    settings = {k: getattr(v, k) for k in (
-        "enforce_eager", "dtype", "kv_cache_gib", "block_size", "max_num_seqs", "max_num_batched_tokens",
-        "enable_prefix_caching", "seed", "omp_threads", "gpu_memory_utilization")}
-    settings.update(model_path=model_dir, max_model_len=cfg.model.max_model_len,
-                    tensor_parallel_size=e.tensor_parallel_size, ray_metrics=True)
+    settings = {
+        k: getattr(v, k)
+        for k in (
+            "enforce_eager",
+            "dtype",
+            "kv_cache_gib",
+            "block_size",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "enable_prefix_caching",
+            "seed",
+            "omp_threads",
+            "gpu_memory_utilization",
+        )
+    }
+    settings.update(
+        model_path=model_dir,
+        max_model_len=cfg.model.max_model_len,
+        tensor_parallel_size=e.tensor_parallel_size,
+        ray_metrics=True,
+    )
     return {"type": "vllm", "settings": settings}
 
 
@@ -67,9 +92,13 @@ def router_options(cfg: FleetConfig, block_size: int) -> dict[str, Any]:
     else:
         cls_path = "router.serve_router:LLMFleetRequestRouter"
         kwargs = {"policy": policy, "config": cfg.routing.params, "block_size": block_size}
-    return {"request_router_config": RequestRouterConfig(
-        request_router_class=cls_path, request_router_kwargs=kwargs,
-        request_routing_stats_period_s=cfg.routing.stats_period_s)}
+    return {
+        "request_router_config": RequestRouterConfig(
+            request_router_class=cls_path,
+            request_router_kwargs=kwargs,
+            request_routing_stats_period_s=cfg.routing.stats_period_s,
+        )
+    }
 
 
 def autoscaling_options(cfg: FleetConfig) -> dict[str, Any]:
@@ -79,10 +108,19 @@ def autoscaling_options(cfg: FleetConfig) -> dict[str, Any]:
     from autoscaler.serve_autoscaling import build_autoscaling_config
     from autoscaler.types import ScalingConfig
 
-    scfg = ScalingConfig(min_replicas=a.min_replicas, max_replicas=a.max_replicas, ttft_slo_s=a.ttft_slo_s,
-                         target_ongoing_requests=a.target_ongoing_requests, params=a.params)
-    asc = build_autoscaling_config(a.policy, scfg, metrics_interval_s=a.metrics_interval_s,
-                                   look_back_period_s=a.look_back_period_s)
+    scfg = ScalingConfig(
+        min_replicas=a.min_replicas,
+        max_replicas=a.max_replicas,
+        ttft_slo_s=a.ttft_slo_s,
+        target_ongoing_requests=a.target_ongoing_requests,
+        params=a.params,
+    )
+    asc = build_autoscaling_config(
+        a.policy,
+        scfg,
+        metrics_interval_s=a.metrics_interval_s,
+        look_back_period_s=a.look_back_period_s,
+    )
     return {"autoscaling_config": asc}
 
 
@@ -103,10 +141,15 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
     settings = {
         "tokenizer_path": model_dir,
         "request_timeout_s": cfg.server.request_timeout_s,
-        "limits": {"served_name": cfg.model.served_name, "max_model_len": cfg.model.max_model_len,
-                   "max_tokens_cap": cfg.model.max_tokens_cap, "default_max_tokens": cfg.model.default_max_tokens,
-                   "block_size": block},
+        "limits": {
+            "served_name": cfg.model.served_name,
+            "max_model_len": cfg.model.max_model_len,
+            "max_tokens_cap": cfg.model.max_tokens_cap,
+            "default_max_tokens": cfg.model.default_max_tokens,
+            "block_size": block,
+        },
     }
     ingress = serve.deployment(OpenAIIngress, name=INGRESS_DEPLOYMENT).options(
-        num_replicas=1, max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0.5})
+        num_replicas=1, max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0.5}
+    )
     return ingress.bind(replica.bind(engine_spec(cfg, model_dir), enable_metrics), settings)

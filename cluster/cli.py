@@ -45,8 +45,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     print("# effective config\n" + cfg.to_yaml(), flush=True)
     state = runtime.read_state()
     if state and runtime.pid_alive(int(state["pid"])):
-        print(f"llmfleet: already running (pid {state['pid']}, {state['url']}); run `llmfleet down` first",
-              file=sys.stderr)
+        print(
+            f"llmfleet: already running (pid {state['pid']}, {state['url']}); run `llmfleet down` first",
+            file=sys.stderr,
+        )
         return 1
     from replicas.model_prep import resolve_model
 
@@ -65,10 +67,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     gcs = runtime.start_ray(cfg)
     try:
         url = runtime.deploy(cfg)
-        runtime.write_state({"pid": os.getpid(), "gcs_address": gcs, "url": url, "started": time.time(),
-                             "session_dir": os.environ.get("LLMFLEET_RAY_SESSION_DIR", "")})
+        runtime.write_state(
+            {
+                "pid": os.getpid(),
+                "gcs_address": gcs,
+                "url": url,
+                "started": time.time(),
+                "session_dir": os.environ.get("LLMFLEET_RAY_SESSION_DIR", ""),
+            }
+        )
         runtime.wait_ready(url, timeout_s=args.ready_timeout)
-        print(f"llmfleet ready: {url}/v1 (model {cfg.model.served_name}); Ctrl-C to stop", flush=True)
+        print(
+            f"llmfleet ready: {url}/v1 (model {cfg.model.served_name}); Ctrl-C to stop", flush=True
+        )
         while not stopping["flag"]:
             time.sleep(0.5)
     finally:
@@ -95,12 +106,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"url: {state['url']}   pid: {state['pid']}   ray: {state['gcs_address']}")
     for dep, info in data.get("deployments", {}).items():
         print(f"deployment {dep}: {info['status']} replicas={info['replicas']}")
-    print(f"{'replica':<12} {'healthy':>7} {'waiting':>7} {'running':>7} {'prefill_tok':>11} {'queue_s':>8} "
-          f"{'kv_usage':>8} {'hit_rate':>8}")
+    print(
+        f"{'replica':<12} {'healthy':>7} {'waiting':>7} {'running':>7} {'prefill_tok':>11} {'queue_s':>8} "
+        f"{'kv_usage':>8} {'hit_rate':>8}"
+    )
     for r in data.get("replicas", []):
         hit = r["prefix_hits"] / r["prefix_queries"] if r.get("prefix_queries") else 0.0
-        print(f"{r['replica'][:12]:<12} {bool(r['healthy'])!s:>7} {int(r['waiting']):>7} {int(r['running']):>7} "
-              f"{int(r['waiting_prefill_tokens']):>11} {r['queue_delay_s']:>8.2f} {r['kv_usage']:>8.1%} {hit:>8.1%}")
+        print(
+            f"{r['replica'][:12]:<12} {bool(r['healthy'])!s:>7} {int(r['waiting']):>7} {int(r['running']):>7} "
+            f"{int(r['waiting_prefill_tokens']):>11} {r['queue_delay_s']:>8.2f} {r['kv_usage']:>8.1%} {hit:>8.1%}"
+        )
     return 0
 
 
@@ -131,7 +146,9 @@ def _add_up(sub: Any) -> None:
     p.add_argument("--config", default=None, help="YAML config file")
     p.add_argument("--replicas", type=int, default=None)
     p.add_argument("--engine", choices=["vllm", "sim"], default=None)
-    p.add_argument("--model", default=None, help="local HF model dir (default: SmolLM2-135M-Instruct)")
+    p.add_argument(
+        "--model", default=None, help="local HF model dir (default: SmolLM2-135M-Instruct)"
+    )
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--router", default=None, help="routing policy name")
@@ -144,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmfleet", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_up(sub)
-    sub.add_parser("status", help="replicas, queue depth and KV usage").set_defaults(func=cmd_status)
+    sub.add_parser("status", help="replicas, queue depth and KV usage").set_defaults(
+        func=cmd_status
+    )
     p = sub.add_parser("down", help="stop what `up` started (also after a crash)")
     p.add_argument("--timeout", type=float, default=60.0)
     p.set_defaults(func=cmd_down)

@@ -18,68 +18,159 @@ class _Strict(BaseModel):
 
 
 class ModelConfig(_Strict):
-    path: str = Field("smollm2-135m-instruct", description="Local HF model directory, or 'smollm2-135m-instruct' for the default model prepared from PyPI (no hub).")
-    served_name: str = Field("smollm2-135m-instruct", description="Model id clients send as `model` and see in GET /v1/models.")
-    max_model_len: int = Field(2048, ge=64, le=1_048_576, description="Context length in tokens (prompt + output).")
-    max_tokens_cap: int = Field(1024, ge=1, description="Largest `max_tokens` a request may ask for.")
-    default_max_tokens: int = Field(256, ge=1, description="`max_tokens` used when a request gives none (capped by the context).")
+    path: str = Field(
+        "smollm2-135m-instruct",
+        description="Local HF model directory, or 'smollm2-135m-instruct' for the default model prepared from PyPI (no hub).",
+    )
+    served_name: str = Field(
+        "smollm2-135m-instruct",
+        description="Model id clients send as `model` and see in GET /v1/models.",
+    )
+    max_model_len: int = Field(
+        2048, ge=64, le=1_048_576, description="Context length in tokens (prompt + output)."
+    )
+    max_tokens_cap: int = Field(
+        1024, ge=1, description="Largest `max_tokens` a request may ask for."
+    )
+    default_max_tokens: int = Field(
+        256,
+        ge=1,
+        description="`max_tokens` used when a request gives none (capped by the context).",
+    )
 
 
 class VLLMArgs(_Strict):
-    enforce_eager: bool = Field(True, description="Eager mode: starts ~3x faster on CPU and its greedy output matched HF transformers (compiled bf16 diverged).")
+    enforce_eager: bool = Field(
+        True,
+        description="Eager mode: starts ~3x faster on CPU and its greedy output matched HF transformers (compiled bf16 diverged).",
+    )
     dtype: str = Field("bfloat16", description="Model dtype passed to vLLM.")
-    kv_cache_gib: float = Field(1.0, gt=0, description="KV-cache size per replica in GiB (VLLM_CPU_KVCACHE_SPACE on CPU, kv_cache_memory_bytes on GPU).")
-    block_size: int | None = Field(None, ge=1, description="KV block size in tokens; None keeps vLLM's default (128 on CPU, 16 on GPU).")
-    max_num_seqs: int = Field(32, ge=1, description="Most sequences in one batch (continuous batching slots).")
-    max_num_batched_tokens: int = Field(512, ge=16, description="Per-step token budget for chunked prefill + decode.")
-    enable_prefix_caching: bool = Field(True, description="Automatic prefix caching of full KV blocks.")
+    kv_cache_gib: float = Field(
+        1.0,
+        gt=0,
+        description="KV-cache size per replica in GiB (VLLM_CPU_KVCACHE_SPACE on CPU, kv_cache_memory_bytes on GPU).",
+    )
+    block_size: int | None = Field(
+        None,
+        ge=1,
+        description="KV block size in tokens; None keeps vLLM's default (128 on CPU, 16 on GPU).",
+    )
+    max_num_seqs: int = Field(
+        32, ge=1, description="Most sequences in one batch (continuous batching slots)."
+    )
+    max_num_batched_tokens: int = Field(
+        512, ge=16, description="Per-step token budget for chunked prefill + decode."
+    )
+    enable_prefix_caching: bool = Field(
+        True, description="Automatic prefix caching of full KV blocks."
+    )
     seed: int = Field(0, description="Engine seed for sampling.")
-    omp_threads: int = Field(1, ge=1, description="OMP threads per CPU engine (VLLM_CPU_OMP_THREADS_BIND=nobind); 1 measured best on 2 cores.")
-    kv_events: bool = Field(False, description="Publish vLLM KV-cache events over ZMQ (for the precise prefix index).")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU only: fraction of GPU memory vLLM may use.")
+    omp_threads: int = Field(
+        1,
+        ge=1,
+        description="OMP threads per CPU engine (VLLM_CPU_OMP_THREADS_BIND=nobind); 1 measured best on 2 cores.",
+    )
+    kv_events: bool = Field(
+        False, description="Publish vLLM KV-cache events over ZMQ (for the precise prefix index)."
+    )
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="GPU only: fraction of GPU memory vLLM may use."
+    )
 
 
 class SimArgs(_Strict):
-    hardware: str = Field("cpu", description="Hardware profile of the simulated engine: h100|h200|a100|l4|cpu.")
-    model_profile: str = Field("smollm2-135m", description="Model profile for the cost model: smollm2-135m|llama-3-8b|llama-3-70b|qwen3-32b.")
-    speed: float = Field(1.0, gt=0, description="Speed factor: modelled step times are divided by this.")
+    hardware: str = Field(
+        "cpu", description="Hardware profile of the simulated engine: h100|h200|a100|l4|cpu."
+    )
+    model_profile: str = Field(
+        "smollm2-135m",
+        description="Model profile for the cost model: smollm2-135m|llama-3-8b|llama-3-70b|qwen3-32b.",
+    )
+    speed: float = Field(
+        1.0, gt=0, description="Speed factor: modelled step times are divided by this."
+    )
     block_size: int = Field(16, ge=1, description="Simulated KV block size in tokens.")
-    kv_capacity_tokens: int = Field(46_000, ge=16, description="Simulated KV capacity per replica in tokens.")
+    kv_capacity_tokens: int = Field(
+        46_000, ge=16, description="Simulated KV capacity per replica in tokens."
+    )
     max_num_seqs: int = Field(32, ge=1, description="Most sequences in one batch.")
     max_num_batched_tokens: int = Field(512, ge=16, description="Per-step token budget.")
-    batching: Literal["continuous", "static", "dynamic"] = Field("continuous", description="Batching schedule.")
+    batching: Literal["continuous", "static", "dynamic"] = Field(
+        "continuous", description="Batching schedule."
+    )
 
 
 class EngineConfig(_Strict):
-    type: Literal["vllm", "sim"] = Field("vllm", description="Engine: the real vLLM engine or the simulated one.")
-    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per replica; >1 gives each replica a STRICT_PACK placement group and vLLM's Ray executor.")
+    type: Literal["vllm", "sim"] = Field(
+        "vllm", description="Engine: the real vLLM engine or the simulated one."
+    )
+    tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="GPUs per replica; >1 gives each replica a STRICT_PACK placement group and vLLM's Ray executor.",
+    )
     vllm: VLLMArgs = Field(default_factory=VLLMArgs, description="vLLM engine arguments.")
     sim: SimArgs = Field(default_factory=SimArgs, description="Simulated engine arguments.")
-    fail_after_tokens: int | None = Field(None, ge=0, description="Testing only: every request fails after this many tokens (exercises failure paths).")
+    fail_after_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="Testing only: every request fails after this many tokens (exercises failure paths).",
+    )
 
 
 class ReplicaConfig(_Strict):
-    num_replicas: int = Field(1, ge=0, le=1024, description="Replicas when autoscaling is off (initial count when on).")
-    max_ongoing_requests: int = Field(64, ge=1, description="Most requests in flight per replica before Serve queues at the router.")
-    num_cpus: float = Field(1.0, ge=0, description="Logical Ray CPUs each replica reserves (bookkeeping; nothing is pinned).")
-    health_check_period_s: float = Field(5.0, gt=0, description="Serve health-check period for replicas.")
+    num_replicas: int = Field(
+        1, ge=0, le=1024, description="Replicas when autoscaling is off (initial count when on)."
+    )
+    max_ongoing_requests: int = Field(
+        64,
+        ge=1,
+        description="Most requests in flight per replica before Serve queues at the router.",
+    )
+    num_cpus: float = Field(
+        1.0,
+        ge=0,
+        description="Logical Ray CPUs each replica reserves (bookkeeping; nothing is pinned).",
+    )
+    health_check_period_s: float = Field(
+        5.0, gt=0, description="Serve health-check period for replicas."
+    )
 
 
 class RoutingConfig(_Strict):
-    policy: str = Field("prefix", description="Routing policy name: prefix|prefix-precise|round-robin|least-loaded|p2c|consistent-hash|sglang-tree|ray-prefix|ray-p2c.")
-    stats_period_s: float = Field(0.5, gt=0, description="How often Serve polls each replica's routing stats.")
-    params: dict[str, Any] = Field(default_factory=dict, description="Policy-specific knobs (scorer weights, imbalance slack, ...).")
+    policy: str = Field(
+        "prefix",
+        description="Routing policy name: prefix|prefix-precise|round-robin|least-loaded|p2c|consistent-hash|sglang-tree|ray-prefix|ray-p2c.",
+    )
+    stats_period_s: float = Field(
+        0.5, gt=0, description="How often Serve polls each replica's routing stats."
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Policy-specific knobs (scorer weights, imbalance slack, ...).",
+    )
 
 
 class AutoscalingSection(_Strict):
     enabled: bool = Field(False, description="Scale replicas automatically.")
-    policy: str = Field("ttft-queue", description="Scaling policy: ttft-queue|ongoing-requests|utilization|none.")
+    policy: str = Field(
+        "ttft-queue", description="Scaling policy: ttft-queue|ongoing-requests|utilization|none."
+    )
     min_replicas: int = Field(1, ge=0, description="Lower bound (0 allows scale to zero).")
     max_replicas: int = Field(4, ge=1, description="Upper bound.")
     ttft_slo_s: float = Field(2.0, gt=0, description="Target P95 TTFT in seconds.")
-    target_ongoing_requests: float = Field(8.0, gt=0, description="For the ongoing-requests policy.")
-    metrics_interval_s: float = Field(0.5, gt=0, description="Replica metric push period (Ray 2.60 still reads this deprecated knob).")
-    look_back_period_s: float = Field(2.0, gt=0, description="Window over which pushed metrics are averaged.")
+    target_ongoing_requests: float = Field(
+        8.0, gt=0, description="For the ongoing-requests policy."
+    )
+    metrics_interval_s: float = Field(
+        0.5,
+        gt=0,
+        description="Replica metric push period (Ray 2.60 still reads this deprecated knob).",
+    )
+    look_back_period_s: float = Field(
+        2.0, gt=0, description="Window over which pushed metrics are averaged."
+    )
     params: dict[str, Any] = Field(default_factory=dict, description="Policy-specific knobs.")
 
     @model_validator(mode="after")
@@ -92,18 +183,32 @@ class AutoscalingSection(_Strict):
 class ServerConfig(_Strict):
     host: str = Field("127.0.0.1", description="HTTP bind address.")
     port: int = Field(8000, ge=1, le=65535, description="HTTP port of the OpenAI API.")
-    ray_num_cpus: int = Field(8, ge=1, description="Logical CPUs Ray advertises locally (bookkeeping only).")
-    metrics_export_port: int = Field(8080, ge=1, le=65535, description="Ray's Prometheus metrics export port.")
-    include_dashboard: bool = Field(False, description="Start Ray's dashboard (~1.1 GiB on this machine).")
-    request_timeout_s: float = Field(600.0, gt=0, description="Upper bound on one request's life at the ingress.")
+    ray_num_cpus: int = Field(
+        8, ge=1, description="Logical CPUs Ray advertises locally (bookkeeping only)."
+    )
+    metrics_export_port: int = Field(
+        8080, ge=1, le=65535, description="Ray's Prometheus metrics export port."
+    )
+    include_dashboard: bool = Field(
+        False, description="Start Ray's dashboard (~1.1 GiB on this machine)."
+    )
+    request_timeout_s: float = Field(
+        600.0, gt=0, description="Upper bound on one request's life at the ingress."
+    )
 
 
 class FleetConfig(_Strict):
     model: ModelConfig = Field(default_factory=ModelConfig, description="What to serve.")
-    engine: EngineConfig = Field(default_factory=EngineConfig, description="Engine choice and arguments.")
-    replicas: ReplicaConfig = Field(default_factory=ReplicaConfig, description="Replica deployment settings.")
+    engine: EngineConfig = Field(
+        default_factory=EngineConfig, description="Engine choice and arguments."
+    )
+    replicas: ReplicaConfig = Field(
+        default_factory=ReplicaConfig, description="Replica deployment settings."
+    )
     routing: RoutingConfig = Field(default_factory=RoutingConfig, description="Request routing.")
-    autoscaling: AutoscalingSection = Field(default_factory=AutoscalingSection, description="Autoscaling.")
+    autoscaling: AutoscalingSection = Field(
+        default_factory=AutoscalingSection, description="Autoscaling."
+    )
     server: ServerConfig = Field(default_factory=ServerConfig, description="Ray and HTTP settings.")
 
     def to_yaml(self) -> str:

@@ -19,7 +19,13 @@ def rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str]]
             out.extend(rows(ann, path + "."))
             continue
         default = getattr(instance, name)
-        out.append((path, repr(default) if not isinstance(default, str) else default, field.description or ""))
+        out.append(
+            (
+                path,
+                repr(default) if not isinstance(default, str) else default,
+                field.description or "",
+            )
+        )
     return out
 
 

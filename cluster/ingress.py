@@ -40,12 +40,16 @@ async def _api_error(_: Request, err: APIError) -> JSONResponse:
 @app.exception_handler(Exception)
 async def _internal(_: Request, err: Exception) -> JSONResponse:
     log.exception("internal error")
-    return error_response(APIError(500, "internal server error", type="server_error", code="internal_error"))
+    return error_response(
+        APIError(500, "internal server error", type="server_error", code="internal_error")
+    )
 
 
 def health_verdict(rows: list[dict[str, Any]], now: float) -> tuple[int, dict[str, Any]]:
     """200 if any replica's engine reported healthy within ``HEALTH_FRESH_S``, else 503."""
-    healthy = [r for r in rows if r.get("healthy") and now - r.get("reported_at", 0.0) < HEALTH_FRESH_S]
+    healthy = [
+        r for r in rows if r.get("healthy") and now - r.get("reported_at", 0.0) < HEALTH_FRESH_S
+    ]
     if healthy:
         return 200, {"status": "ok", "healthy_replicas": len(healthy)}
     err = APIError(503, "no healthy replica", type="service_unavailable", code="no_healthy_replica")
@@ -61,7 +65,10 @@ def _deployments() -> dict[str, Any]:
     for app_status in apps.values():
         for name, dep in app_status.deployments.items():
             states = {str(getattr(k, "value", k)): n for k, n in dep.replica_states.items()}
-            out[name] = {"status": str(getattr(dep.status, "value", dep.status)), "replicas": states}
+            out[name] = {
+                "status": str(getattr(dep.status, "value", dep.status)),
+                "replicas": states,
+            }
     return out
 
 
@@ -77,8 +84,13 @@ class OpenAIIngress:
 
     @app.get("/v1/models")
     async def models(self) -> dict[str, Any]:
-        card = {"id": self.limits.served_name, "object": "model", "created": 0, "owned_by": "llmfleet",
-                "max_model_len": self.limits.max_model_len}
+        card = {
+            "id": self.limits.served_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "llmfleet",
+            "max_model_len": self.limits.max_model_len,
+        }
         return {"object": "list", "data": [card]}
 
     @app.get("/health")
@@ -88,7 +100,10 @@ class OpenAIIngress:
 
     @app.get("/fleet/status")
     async def status(self) -> dict[str, Any]:
-        return {"replicas": await fleet_snapshot(timeout_s=2.0), "deployments": await asyncio.to_thread(_deployments)}
+        return {
+            "replicas": await fleet_snapshot(timeout_s=2.0),
+            "deployments": await asyncio.to_thread(_deployments),
+        }
 
     @app.post("/v1/completions")
     async def completions(self, request: Request) -> Response:
@@ -108,7 +123,9 @@ class OpenAIIngress:
         stream = self.replicas.options(stream=True).generate.remote(prep.payload)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(self._sse(stream, fmt, include_usage), media_type="text/event-stream")
+            return StreamingResponse(
+                self._sse(stream, fmt, include_usage), media_type="text/event-stream"
+            )
         return await self._collect(stream, fmt)
 
     async def _collect(self, stream: Any, fmt: Formatter) -> Response:
@@ -120,13 +137,21 @@ class OpenAIIngress:
                     parts.append(d["text"])
                     last = d
         except TimeoutError:
-            return error_response(APIError(504, "request timed out", type="timeout", code="timeout"))
+            return error_response(
+                APIError(504, "request timed out", type="timeout", code="timeout")
+            )
         except Exception as err:  # the replica or its engine failed: no hang, no stack trace
             log.warning("request %s failed: %r", fmt.id, err)
-            return error_response(APIError(500, "generation failed", type="server_error", code="engine_error"))
+            return error_response(
+                APIError(500, "generation failed", type="server_error", code="engine_error")
+            )
         finally:
             stream.cancel()
-        u = usage(last.get("prompt_tokens", 0), last.get("completion_tokens", 0), last.get("cached_tokens", 0))
+        u = usage(
+            last.get("prompt_tokens", 0),
+            last.get("completion_tokens", 0),
+            last.get("cached_tokens", 0),
+        )
         headers = {"x-llmfleet-replica": str(last.get("replica", ""))}
         return JSONResponse(fmt.full("".join(parts), last.get("finish_reason"), u), headers=headers)
 
@@ -139,11 +164,19 @@ class OpenAIIngress:
                     if d["text"] or d["finish_reason"]:
                         yield sse(fmt.chunk(d["text"], d["finish_reason"]))
             if include_usage:
-                u = usage(last.get("prompt_tokens", 0), last.get("completion_tokens", 0), last.get("cached_tokens", 0))
+                u = usage(
+                    last.get("prompt_tokens", 0),
+                    last.get("completion_tokens", 0),
+                    last.get("cached_tokens", 0),
+                )
                 yield sse(fmt.usage_chunk(u))
             yield SSE_DONE
         except Exception as err:  # mid-stream failure: tell the client in-band, then end
             log.warning("stream %s failed: %r", fmt.id, err)
-            yield sse(APIError(500, "generation failed mid-stream", type="server_error", code="stream_error").body())
+            yield sse(
+                APIError(
+                    500, "generation failed mid-stream", type="server_error", code="stream_error"
+                ).body()
+            )
         finally:
             stream.cancel()

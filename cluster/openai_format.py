@@ -8,7 +8,11 @@ from typing import Any
 
 
 def usage(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
-    out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    out: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
     if cached:
         out["prompt_tokens_details"] = {"cached_tokens": cached}
     return out

@@ -13,26 +13,50 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.status, self.message, self.type, self.param, self.code = (
+            status,
+            message,
+            type,
+            param,
+            code,
+        )
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     include_usage: bool = Field(False, description="Send a final chunk with token usage.")
-    continuous_usage_stats: bool = Field(False, description="Accepted for vLLM compatibility; ignored.")
+    continuous_usage_stats: bool = Field(
+        False, description="Accepted for vLLM compatibility; ignored."
+    )
 
 
 class _Sampling(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=False)
     model: str = Field(..., description="Served model id.")
     max_tokens: int | None = Field(None, description="Most tokens to generate.")
-    temperature: float = Field(1.0, ge=0.0, le=2.0, description="Sampling temperature; 0 is greedy.")
+    temperature: float = Field(
+        1.0, ge=0.0, le=2.0, description="Sampling temperature; 0 is greedy."
+    )
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     n: int = Field(1, ge=1, le=1, description="Only one choice per request is supported.")
     stream: bool = Field(False, description="Stream server-sent events.")
@@ -58,7 +82,9 @@ class _Sampling(BaseModel):
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[int] | list[str] = Field(..., description="Prompt text, token ids, or a one-item list of text.")
+    prompt: str | list[int] | list[str] = Field(
+        ..., description="Prompt text, token ids, or a one-item list of text."
+    )
     echo: Literal[False] = Field(False, description="Echo is not supported.")
     logprobs: None = Field(None, description="Log-probs are not supported.")
 
@@ -74,7 +100,9 @@ class CompletionRequest(_Sampling):
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "user", "assistant", "developer", "tool"] = Field(..., description="Author role.")
+    role: Literal["system", "user", "assistant", "developer", "tool"] = Field(
+        ..., description="Author role."
+    )
     content: str | list[dict[str, Any]] = Field(..., description="Text, or a list of text parts.")
     name: str | None = Field(None, description="Optional author name.")
 
@@ -91,7 +119,9 @@ class ChatMessage(BaseModel):
 
 class ChatRequest(_Sampling):
     messages: list[ChatMessage] = Field(..., min_length=1, description="The conversation so far.")
-    max_completion_tokens: int | None = Field(None, description="Alias of max_tokens (newer clients).")
+    max_completion_tokens: int | None = Field(
+        None, description="Alias of max_tokens (newer clients)."
+    )
     logprobs: bool | None = Field(None, description="Log-probs are not supported.")
 
     @field_validator("logprobs")
@@ -126,4 +156,6 @@ def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
         first = err.errors()[0]
         param = ".".join(str(p) for p in first["loc"]) or None
         kind = "missing_required_parameter" if first["type"] == "missing" else "invalid_value"
-        raise APIError(400, f"{param}: {first['msg']}" if param else first["msg"], param=param, code=kind) from None
+        raise APIError(
+            400, f"{param}: {first['msg']}" if param else first["msg"], param=param, code=kind
+        ) from None

@@ -38,8 +38,13 @@ class Prepared:
 
 def check_model(name: str, limits: Limits) -> None:
     if name != limits.served_name:
-        raise APIError(404, f"The model `{name}` does not exist. Available: {limits.served_name}",
-                       type="invalid_request_error", param="model", code="model_not_found")
+        raise APIError(
+            404,
+            f"The model `{name}` does not exist. Available: {limits.served_name}",
+            type="invalid_request_error",
+            param="model",
+            code="model_not_found",
+        )
 
 
 def prompt_ids(req: CompletionRequest, tokenizer: Any) -> list[int]:
@@ -47,7 +52,12 @@ def prompt_ids(req: CompletionRequest, tokenizer: Any) -> list[int]:
     if isinstance(p, list) and p and isinstance(p[0], int):
         vocab = len(tokenizer)
         if any(t < 0 or t >= vocab for t in p):
-            raise APIError(400, f"prompt token ids must be in [0, {vocab})", param="prompt", code="invalid_value")
+            raise APIError(
+                400,
+                f"prompt token ids must be in [0, {vocab})",
+                param="prompt",
+                code="invalid_value",
+            )
         return list(p)
     text = p[0] if isinstance(p, list) else p
     if not text:
@@ -69,14 +79,22 @@ def chat_ids(req: ChatRequest, tokenizer: Any) -> list[int]:
 def resolve_max_tokens(asked: int | None, prompt_len: int, limits: Limits) -> int:
     room = limits.max_model_len - prompt_len
     if asked is not None and asked > limits.max_tokens_cap:
-        raise APIError(400, f"max_tokens={asked} is above this server's cap of {limits.max_tokens_cap}",
-                       param="max_tokens", code="invalid_value")
+        raise APIError(
+            400,
+            f"max_tokens={asked} is above this server's cap of {limits.max_tokens_cap}",
+            param="max_tokens",
+            code="invalid_value",
+        )
     if room <= 0 or (asked is not None and asked > room):
         want = asked if asked is not None else 1
-        raise APIError(400, f"This model's maximum context length is {limits.max_model_len} tokens. "
-                       f"However, you requested {prompt_len + want} tokens ({prompt_len} in the prompt, "
-                       f"{want} for the completion).", param="messages" if asked is None else "max_tokens",
-                       code="context_length_exceeded")
+        raise APIError(
+            400,
+            f"This model's maximum context length is {limits.max_model_len} tokens. "
+            f"However, you requested {prompt_len + want} tokens ({prompt_len} in the prompt, "
+            f"{want} for the completion).",
+            param="messages" if asked is None else "max_tokens",
+            code="context_length_exceeded",
+        )
     return asked if asked is not None else min(limits.default_max_tokens, room)
 
 
@@ -84,23 +102,40 @@ def prepare(req: CompletionRequest | ChatRequest, tokenizer: Any, limits: Limits
     check_model(req.model, limits)
     if isinstance(req, ChatRequest):
         ids = chat_ids(req, tokenizer)
-        asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        asked = (
+            req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        )
     else:
         ids = prompt_ids(req, tokenizer)
         asked = req.max_tokens
     if req.presence_penalty or req.frequency_penalty:
-        raise APIError(400, "presence/frequency penalties are not supported", param="presence_penalty",
-                       code="invalid_value")
+        raise APIError(
+            400,
+            "presence/frequency penalties are not supported",
+            param="presence_penalty",
+            code="invalid_value",
+        )
     max_tokens = resolve_max_tokens(asked, len(ids), limits)
     rid = f"{'chatcmpl' if isinstance(req, ChatRequest) else 'cmpl'}-{uuid.uuid4().hex}"
     view = RequestView(
-        request_id=rid, model=req.model, token_ids=tuple(ids),
+        request_id=rid,
+        model=req.model,
+        token_ids=tuple(ids),
         block_hashes=block_hashes(ids, limits.block_size),
-        expected_output_tokens=max_tokens, session_id=req.user,
+        expected_output_tokens=max_tokens,
+        session_id=req.user,
     )
-    gen = dict(request_id=rid, prompt_token_ids=ids, max_tokens=max_tokens, temperature=req.temperature,
-               top_p=req.top_p, seed=req.seed, stop=req.stop_list(), ignore_eos=req.ignore_eos,
-               arrival_time=time.time())
+    gen = dict(
+        request_id=rid,
+        prompt_token_ids=ids,
+        max_tokens=max_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        seed=req.seed,
+        stop=req.stop_list(),
+        ignore_eos=req.ignore_eos,
+        arrival_time=time.time(),
+    )
     return Prepared(rid, ids, max_tokens, view, RoutedPayload(request=gen, view=view))
 
 

@@ -57,7 +57,12 @@ def deploy(cfg: FleetConfig, *, enable_metrics: bool = True) -> str:
 
     ensure_status_actor()
     serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})
-    serve.run(build_app(cfg, enable_metrics=enable_metrics), name=APP_NAME, route_prefix="/", blocking=False)
+    serve.run(
+        build_app(cfg, enable_metrics=enable_metrics),
+        name=APP_NAME,
+        route_prefix="/",
+        blocking=False,
+    )
     return f"http://{cfg.server.host}:{cfg.server.port}"
 
 

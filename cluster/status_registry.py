@@ -35,7 +35,9 @@ class FleetStatus:
 
 
 def ensure_status_actor() -> Any:
-    return FleetStatus.options(name=ACTOR_NAME, namespace=NAMESPACE, get_if_exists=True, lifetime="detached").remote()
+    return FleetStatus.options(
+        name=ACTOR_NAME, namespace=NAMESPACE, get_if_exists=True, lifetime="detached"
+    ).remote()
 
 
 def get_status_actor() -> Any | None:

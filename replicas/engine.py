@@ -74,8 +74,15 @@ class EngineStats:
     def from_dict(cls, data: dict[str, float]) -> EngineStats:
         names = set(cls.__dataclass_fields__) - {"extra"}
         kwargs = {k: data[k] for k in names if k in data}
-        for key in ("waiting", "running", "waiting_prefill_tokens", "kv_capacity_tokens",
-                    "prefix_hits", "prefix_queries", "block_size"):
+        for key in (
+            "waiting",
+            "running",
+            "waiting_prefill_tokens",
+            "kv_capacity_tokens",
+            "prefix_hits",
+            "prefix_queries",
+            "block_size",
+        ):
             if key in kwargs:
                 kwargs[key] = int(kwargs[key])
         if "healthy" in kwargs:

@@ -22,6 +22,26 @@ INGRESS_ERRORS_TOTAL = "llmfleet_ingress_errors_total"  # tags: status, code
 ROUTER_DECISIONS = "llmfleet_router_decisions"  # tags: policy, reason
 
 LATENCY_BUCKETS_S = [
-    0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
-    1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
 ]

@@ -28,20 +28,40 @@ class _Metrics:
         from ray.serve import metrics
 
         b = M.LATENCY_BUCKETS_S
-        self.ttft = metrics.Histogram(M.TTFT_SECONDS, description="Time to first token (engine arrival to first token).", boundaries=b)
-        self.itl = metrics.Histogram(M.ITL_SECONDS, description="Inter-token latency.", boundaries=b)
-        self.e2e = metrics.Histogram(M.E2E_SECONDS, description="End-to-end request latency.", boundaries=b)
-        self.requests = metrics.Counter(M.REQUESTS_TOTAL, description="Finished requests.", tag_keys=("finish_reason",))
+        self.ttft = metrics.Histogram(
+            M.TTFT_SECONDS,
+            description="Time to first token (engine arrival to first token).",
+            boundaries=b,
+        )
+        self.itl = metrics.Histogram(
+            M.ITL_SECONDS, description="Inter-token latency.", boundaries=b
+        )
+        self.e2e = metrics.Histogram(
+            M.E2E_SECONDS, description="End-to-end request latency.", boundaries=b
+        )
+        self.requests = metrics.Counter(
+            M.REQUESTS_TOTAL, description="Finished requests.", tag_keys=("finish_reason",)
+        )
         self.prompt_tokens = metrics.Counter(M.PROMPT_TOKENS_TOTAL, description="Prompt tokens.")
         self.output_tokens = metrics.Counter(M.OUTPUT_TOKENS_TOTAL, description="Output tokens.")
         self.gauges = {
-            "waiting": metrics.Gauge(M.QUEUE_WAITING, description="Requests waiting in the engine."),
-            "running": metrics.Gauge(M.QUEUE_RUNNING, description="Requests running in the engine."),
-            "waiting_prefill_tokens": metrics.Gauge(M.WAITING_PREFILL_TOKENS, description="Prompt tokens waiting for prefill."),
-            "queue_delay_s": metrics.Gauge(M.QUEUE_DELAY_SECONDS, description="Estimated wait to first token."),
+            "waiting": metrics.Gauge(
+                M.QUEUE_WAITING, description="Requests waiting in the engine."
+            ),
+            "running": metrics.Gauge(
+                M.QUEUE_RUNNING, description="Requests running in the engine."
+            ),
+            "waiting_prefill_tokens": metrics.Gauge(
+                M.WAITING_PREFILL_TOKENS, description="Prompt tokens waiting for prefill."
+            ),
+            "queue_delay_s": metrics.Gauge(
+                M.QUEUE_DELAY_SECONDS, description="Estimated wait to first token."
+            ),
             "kv_usage": metrics.Gauge(M.KV_USAGE, description="KV-cache usage fraction."),
         }
-        self.hit_rate = metrics.Gauge(M.PREFIX_HIT_RATE, description="Prefix-cache hit rate (tokens).")
+        self.hit_rate = metrics.Gauge(
+            M.PREFIX_HIT_RATE, description="Prefix-cache hit rate (tokens)."
+        )
 
 
 class LLMReplica:

@@ -18,7 +18,9 @@ PORT = 8131
 LLMFLEET = [sys.executable, "-m", "cluster.cli"]
 
 
-def run(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str], env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(LLMFLEET + args, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -39,10 +41,17 @@ def test_bad_config_is_rejected_before_anything_starts(tmp_path: Path, env: dict
 
 def _start(tmp_path: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     cfg = tmp_path / "sim.yaml"
-    cfg.write_text(f"server:\n  port: {PORT}\n  metrics_export_port: 18131\n"
-                   "replicas:\n  num_cpus: 0.1\nengine:\n  sim:\n    speed: 5.0\n")
-    proc = subprocess.Popen(LLMFLEET + ["up", "--config", str(cfg), "--engine", "sim", "--replicas", "2"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cfg.write_text(
+        f"server:\n  port: {PORT}\n  metrics_export_port: 18131\n"
+        "replicas:\n  num_cpus: 0.1\nengine:\n  sim:\n    speed: 5.0\n"
+    )
+    proc = subprocess.Popen(
+        LLMFLEET + ["up", "--config", str(cfg), "--engine", "sim", "--replicas", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + 240
     lines = []
@@ -61,14 +70,19 @@ def _session_procs(state_file: Path) -> list[psutil.Process]:
     import json
 
     name = os.path.basename(json.loads(state_file.read_text())["session_dir"])
-    return [p for p in psutil.process_iter(["cmdline"]) if name in " ".join(p.info["cmdline"] or [])]
+    return [
+        p for p in psutil.process_iter(["cmdline"]) if name in " ".join(p.info["cmdline"] or [])
+    ]
 
 
 def test_up_status_down(tmp_path: Path, env: dict[str, str]) -> None:
     proc = _start(tmp_path, env)
     try:
-        r = httpx.post(f"http://127.0.0.1:{PORT}/v1/completions", timeout=60,
-                       json={"model": "smollm2-135m-instruct", "prompt": "hello", "max_tokens": 3})
+        r = httpx.post(
+            f"http://127.0.0.1:{PORT}/v1/completions",
+            timeout=60,
+            json={"model": "smollm2-135m-instruct", "prompt": "hello", "max_tokens": 3},
+        )
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
         deadline = time.monotonic() + 20
         while True:
@@ -100,5 +114,7 @@ def test_down_after_crash_cleans_up_that_session_only(tmp_path: Path, env: dict[
     down = run(["down"], env)
     assert down.returncode == 0
     time.sleep(1)
-    assert not [p for p in survivors_before if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not [
+        p for p in survivors_before if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    ]
     assert not state.exists()

@@ -16,10 +16,13 @@ MODEL = "smollm2-135m-instruct"
 
 @pytest.fixture(scope="module")
 def failing_app(ray_session: None) -> Iterator[None]:
-    deploy_app({
-        "engine": {"type": "sim", "fail_after_tokens": 5, "sim": {"speed": 5.0}},
-        "replicas": {"num_replicas": 1, "num_cpus": 0.1},
-    }, timeout_s=180)
+    deploy_app(
+        {
+            "engine": {"type": "sim", "fail_after_tokens": 5, "sim": {"speed": 5.0}},
+            "replicas": {"num_replicas": 1, "num_cpus": 0.1},
+        },
+        timeout_s=180,
+    )
     yield
     delete_app()
 
@@ -31,7 +34,7 @@ def _idle() -> bool:
 def test_stream_failure_ends_stream_with_error_and_frees_slot(failing_app: None) -> None:
     body = {"model": MODEL, "prompt": "hello", "max_tokens": 50, "stream": True, "ignore_eos": True}
     with httpx.stream("POST", f"{TEST_URL}/v1/completions", json=body, timeout=30) as r:
-        events = [ln[len("data: "):] for ln in r.iter_lines() if ln.startswith("data: ")]
+        events = [ln[len("data: ") :] for ln in r.iter_lines() if ln.startswith("data: ")]
     err = json.loads(events[-1])
     assert err["error"]["code"] == "stream_error" and "Traceback" not in events[-1]
     assert sum("text_completion" in e for e in events) <= 5
@@ -39,14 +42,20 @@ def test_stream_failure_ends_stream_with_error_and_frees_slot(failing_app: None)
 
 
 def test_non_stream_failure_is_a_clean_500(failing_app: None) -> None:
-    r = httpx.post(f"{TEST_URL}/v1/completions", timeout=30,
-                   json={"model": MODEL, "prompt": "hello", "max_tokens": 50, "ignore_eos": True})
+    r = httpx.post(
+        f"{TEST_URL}/v1/completions",
+        timeout=30,
+        json={"model": MODEL, "prompt": "hello", "max_tokens": 50, "ignore_eos": True},
+    )
     assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
     assert "Traceback" not in r.text
     assert _idle()
 
 
 def test_short_requests_still_succeed(failing_app: None) -> None:
-    r = httpx.post(f"{TEST_URL}/v1/completions", timeout=30,
-                   json={"model": MODEL, "prompt": "hello", "max_tokens": 4, "ignore_eos": True})
+    r = httpx.post(
+        f"{TEST_URL}/v1/completions",
+        timeout=30,
+        json={"model": MODEL, "prompt": "hello", "max_tokens": 4, "ignore_eos": True},
+    )
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4

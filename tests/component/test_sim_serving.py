@@ -21,28 +21,53 @@ REPLICAS = 4
 
 @pytest.fixture(scope="module")
 def sim_app(ray_session: None) -> Iterator[str]:
-    deploy_app({
-        "engine": {"type": "sim", "sim": {"hardware": "cpu", "model_profile": "smollm2-135m", "speed": 1.0,
-                                          "block_size": 16, "kv_capacity_tokens": 20000}},
-        "replicas": {"num_replicas": REPLICAS, "num_cpus": 0.1, "max_ongoing_requests": 64},
-        "routing": {"policy": "prefix", "stats_period_s": 0.2},
-    }, timeout_s=180)
+    deploy_app(
+        {
+            "engine": {
+                "type": "sim",
+                "sim": {
+                    "hardware": "cpu",
+                    "model_profile": "smollm2-135m",
+                    "speed": 1.0,
+                    "block_size": 16,
+                    "kv_capacity_tokens": 20000,
+                },
+            },
+            "replicas": {"num_replicas": REPLICAS, "num_cpus": 0.1, "max_ongoing_requests": 64},
+            "routing": {"policy": "prefix", "stats_period_s": 0.2},
+        },
+        timeout_s=180,
+    )
     yield MODEL
     delete_app()
 
 
 def complete(ids: list[int], max_tokens: int = 4) -> tuple[str, dict]:
-    r = httpx.post(f"{TEST_URL}/v1/completions", timeout=120, json={
-        "model": MODEL, "prompt": ids, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0})
+    r = httpx.post(
+        f"{TEST_URL}/v1/completions",
+        timeout=120,
+        json={
+            "model": MODEL,
+            "prompt": ids,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+        },
+    )
     assert r.status_code == 200, r.text
     return r.headers["x-llmfleet-replica"], r.json()
 
 
 def test_openai_client_streams_from_sim(sim_app: str) -> None:
     client = openai.OpenAI(base_url=f"{TEST_URL}/v1", api_key="x", max_retries=0)
-    stream = client.chat.completions.create(model=sim_app, messages=[{"role": "user", "content": "hi"}],
-                                            max_tokens=12, stream=True, stream_options={"include_usage": True},
-                                            extra_body={"ignore_eos": True})
+    stream = client.chat.completions.create(
+        model=sim_app,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=12,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
     text, usage = "", None
     for chunk in stream:
         usage = chunk.usage or usage
@@ -69,6 +94,8 @@ def test_hot_prefix_spreads_when_saturated(sim_app: str) -> None:
     prefix = [rng.randrange(1000, 40000) for _ in range(256)]
     prompts = [prefix + [rng.randrange(1000, 40000) for _ in range(16)] for _ in range(32)]
     with cf.ThreadPoolExecutor(32) as pool:
-        replicas = collections.Counter(r for r, _ in pool.map(lambda p: complete(p, max_tokens=48), prompts))
+        replicas = collections.Counter(
+            r for r, _ in pool.map(lambda p: complete(p, max_tokens=48), prompts)
+        )
     assert len(replicas) >= 3, replicas
     assert max(replicas.values()) <= 32 * 0.6, replicas

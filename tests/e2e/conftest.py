@@ -9,10 +9,12 @@ MODEL = "smollm2-135m-instruct"
 
 @pytest.fixture(scope="package")
 def vllm_app(ray_session: None) -> Iterator[str]:
-    deploy_app({
-        "replicas": {"num_replicas": 1},
-        "routing": {"policy": "ray-p2c"},
-        "engine": {"vllm": {"kv_cache_gib": 1, "max_num_seqs": 16}},
-    })
+    deploy_app(
+        {
+            "replicas": {"num_replicas": 1},
+            "routing": {"policy": "ray-p2c"},
+            "engine": {"vllm": {"kv_cache_gib": 1, "max_num_seqs": 16}},
+        }
+    )
     yield MODEL
     delete_app()

@@ -27,8 +27,11 @@ def test_models_and_health(client: openai.OpenAI, vllm_app: str) -> None:
 
 def test_greedy_chat_answer_is_sane(client: openai.OpenAI, vllm_app: str) -> None:
     out = client.chat.completions.create(
-        model=vllm_app, messages=[{"role": "user", "content": "What is the capital of France?"}],
-        max_tokens=24, temperature=0)
+        model=vllm_app,
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=24,
+        temperature=0,
+    )
     assert "Paris" in out.choices[0].message.content
     assert out.choices[0].finish_reason in ("stop", "length")
     assert out.usage.prompt_tokens > 10 and 0 < out.usage.completion_tokens <= 24
@@ -36,9 +39,17 @@ def test_greedy_chat_answer_is_sane(client: openai.OpenAI, vllm_app: str) -> Non
 
 def test_streamed_chat_matches_non_streamed_and_usage(client: openai.OpenAI, vllm_app: str) -> None:
     msgs = [{"role": "user", "content": "Name three colors."}]
-    full = client.chat.completions.create(model=vllm_app, messages=msgs, max_tokens=20, temperature=0)
-    stream = client.chat.completions.create(model=vllm_app, messages=msgs, max_tokens=20, temperature=0,
-                                            stream=True, stream_options={"include_usage": True})
+    full = client.chat.completions.create(
+        model=vllm_app, messages=msgs, max_tokens=20, temperature=0
+    )
+    stream = client.chat.completions.create(
+        model=vllm_app,
+        messages=msgs,
+        max_tokens=20,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     parts, usage, finish = [], None, None
     for chunk in stream:
         if chunk.usage:
@@ -48,17 +59,27 @@ def test_streamed_chat_matches_non_streamed_and_usage(client: openai.OpenAI, vll
             finish = ch.finish_reason or finish
     assert "".join(parts) == full.choices[0].message.content
     assert usage is not None and usage.completion_tokens == full.usage.completion_tokens
-    assert usage.prompt_tokens == full.usage.prompt_tokens and finish == full.choices[0].finish_reason
+    assert (
+        usage.prompt_tokens == full.usage.prompt_tokens and finish == full.choices[0].finish_reason
+    )
 
 
-def test_completion_with_token_ids_and_length_finish(client: openai.OpenAI, vllm_app: str, tokenizer) -> None:
+def test_completion_with_token_ids_and_length_finish(
+    client: openai.OpenAI, vllm_app: str, tokenizer
+) -> None:
     ids = tokenizer.encode("The quick brown fox", add_special_tokens=False)
-    out = client.completions.create(model=vllm_app, prompt=ids, max_tokens=6, temperature=0,
-                                    extra_body={"ignore_eos": True})
+    out = client.completions.create(
+        model=vllm_app, prompt=ids, max_tokens=6, temperature=0, extra_body={"ignore_eos": True}
+    )
     assert out.usage.prompt_tokens == len(ids) and out.usage.completion_tokens == 6
     assert out.choices[0].finish_reason == "length"
-    text = client.completions.create(model=vllm_app, prompt="The quick brown fox", max_tokens=6,
-                                     temperature=0, extra_body={"ignore_eos": True})
+    text = client.completions.create(
+        model=vllm_app,
+        prompt="The quick brown fox",
+        max_tokens=6,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
     assert text.choices[0].text == out.choices[0].text
 
 
@@ -68,7 +89,7 @@ def test_raw_sse_framing(vllm_app: str) -> None:
         assert r.headers["content-type"].startswith("text/event-stream")
         events = [line for line in r.iter_lines() if line]
     assert events[-1] == "data: [DONE]"
-    payloads = [json.loads(e[len("data: "):]) for e in events[:-1]]
+    payloads = [json.loads(e[len("data: ") :]) for e in events[:-1]]
     assert all(p["object"] == "text_completion" for p in payloads)
     assert payloads[-1]["choices"][0]["finish_reason"] is not None
 
@@ -80,14 +101,41 @@ def test_raw_sse_framing(vllm_app: str) -> None:
         ("/v1/completions", {"prompt": "x"}, 400, "missing_required_parameter"),
         ("/v1/completions", {"model": "smollm2-135m-instruct", "prompt": 5}, 400, "invalid_value"),
         ("/v1/completions", {"model": "nope", "prompt": "x"}, 404, "model_not_found"),
-        ("/v1/completions", {"model": "smollm2-135m-instruct", "prompt": "x", "max_tokens": 0}, 400, "invalid_value"),
-        ("/v1/completions", {"model": "smollm2-135m-instruct", "prompt": "x", "max_tokens": 5000}, 400, "invalid_value"),
-        ("/v1/completions", {"model": "smollm2-135m-instruct", "prompt": list(range(100, 2100)), "max_tokens": 100}, 400, "context_length_exceeded"),
-        ("/v1/chat/completions", {"model": "smollm2-135m-instruct", "messages": []}, 400, "invalid_value"),
-        ("/v1/chat/completions", {"model": "smollm2-135m-instruct", "messages": [{"role": "user"}]}, 400, "missing_required_parameter"),
+        (
+            "/v1/completions",
+            {"model": "smollm2-135m-instruct", "prompt": "x", "max_tokens": 0},
+            400,
+            "invalid_value",
+        ),
+        (
+            "/v1/completions",
+            {"model": "smollm2-135m-instruct", "prompt": "x", "max_tokens": 5000},
+            400,
+            "invalid_value",
+        ),
+        (
+            "/v1/completions",
+            {"model": "smollm2-135m-instruct", "prompt": list(range(100, 2100)), "max_tokens": 100},
+            400,
+            "context_length_exceeded",
+        ),
+        (
+            "/v1/chat/completions",
+            {"model": "smollm2-135m-instruct", "messages": []},
+            400,
+            "invalid_value",
+        ),
+        (
+            "/v1/chat/completions",
+            {"model": "smollm2-135m-instruct", "messages": [{"role": "user"}]},
+            400,
+            "missing_required_parameter",
+        ),
     ],
 )
-def test_bad_input_gets_openai_error(vllm_app: str, path: str, body, status: int, code: str) -> None:
+def test_bad_input_gets_openai_error(
+    vllm_app: str, path: str, body, status: int, code: str
+) -> None:
     if isinstance(body, bytes):
         r = httpx.post(f"{TEST_URL}{path}", content=body, timeout=30)
     else:
@@ -102,8 +150,9 @@ def test_openai_client_raises_typed_errors(client: openai.OpenAI, vllm_app: str)
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="nope", prompt="x", max_tokens=1)
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model=vllm_app, messages=[{"role": "user", "content": "x " * 3000}],
-                                       max_tokens=10)
+        client.chat.completions.create(
+            model=vllm_app, messages=[{"role": "user", "content": "x " * 3000}], max_tokens=10
+        )
     assert info.value.code == "context_length_exceeded"
 
 
@@ -112,8 +161,13 @@ def _running() -> int:
 
 
 def test_client_disconnect_aborts_engine_request(vllm_app: str) -> None:
-    body = {"model": vllm_app, "prompt": "Count: 1, 2, 3,", "max_tokens": 1000, "stream": True,
-            "ignore_eos": True}
+    body = {
+        "model": vllm_app,
+        "prompt": "Count: 1, 2, 3,",
+        "max_tokens": 1000,
+        "stream": True,
+        "ignore_eos": True,
+    }
     with httpx.stream("POST", f"{TEST_URL}/v1/completions", json=body, timeout=60) as r:
         lines = r.iter_lines()  # keep a reference: dropping the iterator closes the connection
         got = 0
@@ -132,8 +186,13 @@ def test_concurrent_requests_all_complete(client: openai.OpenAI, vllm_app: str) 
     import concurrent.futures as cf
 
     def one(i: int) -> int:
-        out = client.completions.create(model=vllm_app, prompt=f"Item {i}:", max_tokens=8, temperature=0,
-                                        extra_body={"ignore_eos": True})
+        out = client.completions.create(
+            model=vllm_app,
+            prompt=f"Item {i}:",
+            max_tokens=8,
+            temperature=0,
+            extra_body={"ignore_eos": True},
+        )
         return out.usage.completion_tokens
 
     with cf.ThreadPoolExecutor(8) as pool:
@@ -141,13 +200,20 @@ def test_concurrent_requests_all_complete(client: openai.OpenAI, vllm_app: str) 
     assert _running() == 0
 
 
-def test_latency_and_queue_metrics_are_exported_through_ray(client: openai.OpenAI, vllm_app: str) -> None:
+def test_latency_and_queue_metrics_are_exported_through_ray(
+    client: openai.OpenAI, vllm_app: str
+) -> None:
     from replicas import metric_names as M
 
     client.completions.create(model=vllm_app, prompt="Hi", max_tokens=3)
-    wanted = [M.PROM_PREFIX + M.TTFT_SECONDS + "_count", M.PROM_PREFIX + M.ITL_SECONDS + "_count",
-              M.PROM_PREFIX + M.E2E_SECONDS + "_count", M.PROM_PREFIX + M.KV_USAGE,
-              M.PROM_PREFIX + M.QUEUE_WAITING, "ray_vllm_time_to_first_token_seconds_count"]
+    wanted = [
+        M.PROM_PREFIX + M.TTFT_SECONDS + "_count",
+        M.PROM_PREFIX + M.ITL_SECONDS + "_count",
+        M.PROM_PREFIX + M.E2E_SECONDS + "_count",
+        M.PROM_PREFIX + M.KV_USAGE,
+        M.PROM_PREFIX + M.QUEUE_WAITING,
+        "ray_vllm_time_to_first_token_seconds_count",
+    ]
     deadline = time.monotonic() + 45
     while True:
         text = httpx.get("http://127.0.0.1:18080/metrics", timeout=10).text
@@ -156,5 +222,7 @@ def test_latency_and_queue_metrics_are_exported_through_ray(client: openai.OpenA
             break
         time.sleep(2)
     assert not missing, missing
-    ttft = [ln for ln in text.splitlines() if ln.startswith(M.PROM_PREFIX + M.TTFT_SECONDS + "_count")]
+    ttft = [
+        ln for ln in text.splitlines() if ln.startswith(M.PROM_PREFIX + M.TTFT_SECONDS + "_count")
+    ]
     assert sum(float(ln.rsplit(" ", 1)[1]) for ln in ttft) >= 1

@@ -11,6 +11,7 @@ import pytest
 from autoscaler.serve_autoscaling import (
     ServeScalingPolicy,
     build_autoscaling_config,
+    lift_params,
     scaling_config_from_dict,
     scaling_config_to_dict,
     snapshot_from_context,
@@ -152,3 +153,15 @@ def test_runs_inside_rays_own_policy_wrapper() -> None:
     desired, state = policy(ctx(100.0, {}))
     assert desired == 5  # ceil(7 s / 1.4 s), applied at once (Ray delays are 0)
     assert state["ttft.last_up_at"] == 100.0 and "__decision_counters" in state
+
+
+def test_params_named_like_config_fields_reach_the_policy() -> None:
+    params = {"downscale_stable_s": 3, "target_utilization": 0.5, "peak_hold_s": 30.0}
+    cfg = ScalingConfig(min_replicas=1, max_replicas=3, params=params)
+    lifted = lift_params(cfg)
+    assert (lifted.downscale_stable_s, lifted.target_utilization) == (3.0, 0.5)
+    assert dict(lifted.params) == {"peak_hold_s": 30.0}
+    ac = build_autoscaling_config("ttft-queue", cfg)
+    sent = ac.policy.policy_kwargs["config"]
+    assert sent["downscale_stable_s"] == 3.0 and sent["params"] == {"peak_hold_s": 30.0}
+    assert lift_params(ScalingConfig()) == ScalingConfig()

@@ -136,10 +136,16 @@ def test_no_scale_down_when_fewer_replicas_would_break_the_slo() -> None:
     busy = [rep(i, 0, prefill_load_tokens_per_s=600.0) for i in range(2)]  # 0.6 util each
     backlog = [rep(i, 450) for i in range(2)]  # 0.9 s total: 0.9 s on one replica > 0.7 s
     kv_heavy = [rep(i, 0, kv_usage=0.5) for i in range(2)]  # 1.0 on one replica > 0.75
-    slow = [rep(0, 0, ttft_p95_s=2.5), rep(1, 0)]  # observed TTFT above the SLO
+    slow = [rep(0, 0, ttft_p95_s=2.5, running=3), rep(1, 0)]  # observed TTFT above the SLO
     for reps in (busy, backlog, kv_heavy, slow):
         out, _ = run([snap(float(t), 2, reps) for t in range(0, 200, 10)])
         assert set(out) == {2}, reps
+
+
+def test_stale_p95_of_an_idle_replica_does_not_block_scale_down() -> None:
+    idle = [rep(0, 0, ttft_p95_s=9.0), rep(1, 0)]  # P95 from a burst long gone, nothing running
+    out, _ = run([snap(float(t), 2, idle) for t in range(0, 200, 10)])
+    assert 1 in out
 
 
 def test_hysteresis_holds_count_under_jittery_load() -> None:
@@ -190,3 +196,24 @@ def test_bounds_are_enforced() -> None:
     assert POLICY.decide(snap(0.0, 0, [], pending=1), CFG, {"ttft.rate": 1000.0})[0] == 1
     assert POLICY.decide(snap(0.0, 10, _idle(10)), CFG, {})[0] == 8
     assert POLICY.decide(snap(0.0, 0, [rep(0, 5600)]), CFG, {})[0] == 4  # below min, big backlog
+
+
+def test_peak_hold_keeps_recent_burst_capacity_then_releases_it() -> None:
+    cfg = ScalingConfig(
+        min_replicas=1, max_replicas=8, ttft_slo_s=2.0, params={"peak_hold_s": 100.0}
+    )
+    desired, state = POLICY.decide(snap(0.0, 1, [rep(0, 5600)]), cfg, {})
+    assert desired == 4
+    held, state = run([snap(float(t), 4, _idle(4)) for t in range(1, 100, 5)], cfg, state)
+    assert set(held) == {4}  # idle, but the burst of t=0 is younger than peak_hold_s
+    later, _ = run([snap(float(t), 4, _idle(4)) for t in range(101, 200, 5)], cfg, state)
+    assert 3 in later
+
+
+def test_boot_time_discounts_backlog_the_fleet_drains_before_new_replicas_serve() -> None:
+    # 4 replicas hold 8 s of prefill work in total: 2 s each, drained before a 30-s boot
+    reps = [rep(i, 2000) for i in range(4)]
+    no_boot = ScalingConfig(min_replicas=1, max_replicas=16, ttft_slo_s=2.0)
+    boot = ScalingConfig(min_replicas=1, max_replicas=16, ttft_slo_s=2.0, params={"boot_s": 30.0})
+    assert POLICY.decide(snap(0.0, 4, reps), no_boot, {})[0] == 6  # ceil(8 s / 1.4 s)
+    assert POLICY.decide(snap(0.0, 4, reps), boot, {})[0] == 4  # nothing left after 30 s

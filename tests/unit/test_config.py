@@ -23,7 +23,9 @@ def test_bad_value_names_path_and_reason() -> None:
     with pytest.raises(ConfigError) as err:
         parse_config({"replicas": {"num_replicas": -1}, "server": {"port": 70000}})
     msg = str(err.value)
-    assert "replicas.num_replicas" in msg and "server.port" in msg and "greater than or equal" in msg
+    assert (
+        "replicas.num_replicas" in msg and "server.port" in msg and "greater than or equal" in msg
+    )
 
 
 def test_autoscaling_bounds_checked() -> None:

@@ -9,8 +9,16 @@ def test_light_detokenizer_matches_transformers(model_dir, tokenizer) -> None:
 
 
 def test_build_sim_engine_with_text(model_dir) -> None:
-    eng = build_engine({"type": "sim", "settings": {"model": "smollm2-135m", "hardware": "cpu",
-                                                    "tokenizer_path": str(model_dir)}})
+    eng = build_engine(
+        {
+            "type": "sim",
+            "settings": {
+                "model": "smollm2-135m",
+                "hardware": "cpu",
+                "tokenizer_path": str(model_dir),
+            },
+        }
+    )
     assert eng.block_size == 16 and eng.max_model_len > 0
 
 

@@ -7,7 +7,10 @@ def test_no_replicas_is_503_openai_shaped() -> None:
 
 
 def test_only_unhealthy_or_stale_reports_is_503() -> None:
-    rows = [{"healthy": 0.0, "reported_at": 99.0}, {"healthy": 1.0, "reported_at": 100.0 - HEALTH_FRESH_S - 1}]
+    rows = [
+        {"healthy": 0.0, "reported_at": 99.0},
+        {"healthy": 1.0, "reported_at": 100.0 - HEALTH_FRESH_S - 1},
+    ]
     assert health_verdict(rows, now=100.0)[0] == 503
 
 

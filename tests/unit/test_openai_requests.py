@@ -7,7 +7,9 @@ from cluster.openai_protocol import APIError, ChatRequest, CompletionRequest, de
 from cluster.request_prep import Limits, prepare
 from router.hashing import block_hashes
 
-LIMITS = Limits(served_name="m", max_model_len=256, max_tokens_cap=100, default_max_tokens=50, block_size=16)
+LIMITS = Limits(
+    served_name="m", max_model_len=256, max_tokens_cap=100, default_max_tokens=50, block_size=16
+)
 
 
 def err_of(fn: Any, *args: Any) -> APIError:
@@ -28,19 +30,46 @@ def test_malformed_json_and_non_object() -> None:
     [
         (CompletionRequest, {"prompt": "hi"}, "model", "missing_required_parameter"),
         (CompletionRequest, {"model": "m"}, "prompt", "missing_required_parameter"),
-        (CompletionRequest, {"model": "m", "prompt": "hi", "max_tokens": "lots"}, "max_tokens", "invalid_value"),
-        (CompletionRequest, {"model": "m", "prompt": "hi", "max_tokens": 0}, "max_tokens", "invalid_value"),
-        (CompletionRequest, {"model": "m", "prompt": "hi", "max_tokens": -3}, "max_tokens", "invalid_value"),
-        (CompletionRequest, {"model": "m", "prompt": "hi", "temperature": 5}, "temperature", "invalid_value"),
+        (
+            CompletionRequest,
+            {"model": "m", "prompt": "hi", "max_tokens": "lots"},
+            "max_tokens",
+            "invalid_value",
+        ),
+        (
+            CompletionRequest,
+            {"model": "m", "prompt": "hi", "max_tokens": 0},
+            "max_tokens",
+            "invalid_value",
+        ),
+        (
+            CompletionRequest,
+            {"model": "m", "prompt": "hi", "max_tokens": -3},
+            "max_tokens",
+            "invalid_value",
+        ),
+        (
+            CompletionRequest,
+            {"model": "m", "prompt": "hi", "temperature": 5},
+            "temperature",
+            "invalid_value",
+        ),
         (CompletionRequest, {"model": "m", "prompt": []}, "prompt", "invalid_value"),
         (CompletionRequest, {"model": "m", "prompt": "hi", "n": 2}, "n", "invalid_value"),
         (CompletionRequest, {"model": "m", "prompt": "hi", "bogus": 1}, "bogus", "invalid_value"),
         (ChatRequest, {"model": "m", "messages": []}, "messages", "invalid_value"),
-        (ChatRequest, {"model": "m", "messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role", "invalid_value"),
+        (
+            ChatRequest,
+            {"model": "m", "messages": [{"role": "wizard", "content": "x"}]},
+            "messages.0.role",
+            "invalid_value",
+        ),
         (ChatRequest, {"model": "m", "messages": "hello"}, "messages", "invalid_value"),
     ],
 )
-def test_validation_errors_are_openai_shaped(model: type, body: dict, param: str, code: str) -> None:
+def test_validation_errors_are_openai_shaped(
+    model: type, body: dict, param: str, code: str
+) -> None:
     e = err_of(validate, model, body)
     assert e.status == 400 and e.param == param and e.code == code
     assert set(e.body()["error"]) == {"message", "type", "param", "code"}
@@ -82,9 +111,16 @@ def test_default_max_tokens_fits_context(tokenizer: Any) -> None:
 
 
 def test_chat_template_and_routing_view(tokenizer: Any) -> None:
-    body = {"model": "m", "messages": [{"role": "system", "content": "Be brief."},
-                                       {"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
-            "max_completion_tokens": 7, "user": "u1", "temperature": 0}
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+        ],
+        "max_completion_tokens": 7,
+        "user": "u1",
+        "temperature": 0,
+    }
     p = prepare(validate(ChatRequest, body), tokenizer, LIMITS)
     text = tokenizer.decode(p.token_ids)
     assert "Be brief." in text and "Hi" in text and text.rstrip().endswith("assistant")
@@ -98,7 +134,10 @@ def test_formatter_shapes() -> None:
     f = Formatter("chatcmpl-1", "m", chat=True)
     first, second = f.chunk("a", None), f.chunk("b", "stop")
     assert first["choices"][0]["delta"] == {"content": "a", "role": "assistant"}
-    assert second["choices"][0]["delta"] == {"content": "b"} and second["choices"][0]["finish_reason"] == "stop"
+    assert (
+        second["choices"][0]["delta"] == {"content": "b"}
+        and second["choices"][0]["finish_reason"] == "stop"
+    )
     u = usage(3, 2, cached=1)
     assert u["total_tokens"] == 5 and u["prompt_tokens_details"]["cached_tokens"] == 1
     full = Formatter("cmpl-1", "m", chat=False).full("xy", "length", u)

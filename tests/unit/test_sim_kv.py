@@ -111,4 +111,6 @@ def test_block_hashes_chain_hash_block() -> None:
             parent = hash_block(parent, tokens[i * bs : (i + 1) * bs])
             chained.append(parent)
         assert block_hashes(tokens, bs) == tuple(chained)
-        assert block_hashes(tuple(tokens), bs, parent=42)[:1] == ((hash_block(42, tokens[:bs]),) if n >= bs else ())
+        assert block_hashes(tuple(tokens), bs, parent=42)[:1] == (
+            (hash_block(42, tokens[:bs]),) if n >= bs else ()
+        )
