@@ -107,6 +107,21 @@ class ServeScalingPolicy:
         return self.policy.decide(snapshot, cfg, state)
 
 
+_LIFTABLE = ("ttft_slo_s", "headroom", "upscale_cooldown_s", "downscale_cooldown_s",
+             "downscale_stable_s", "target_ongoing_requests", "target_utilization")  # fmt: skip
+
+
+def lift_params(cfg: ScalingConfig) -> ScalingConfig:
+    """``params`` keys named like a ``ScalingConfig`` field override that field, so a YAML
+    ``autoscaling.params: {downscale_stable_s: 3}`` reaches the policy (the config file has
+    no section for every knob)."""
+    lifted = {k: float(cfg.params[k]) for k in _LIFTABLE if k in cfg.params}
+    if not lifted:
+        return cfg
+    rest = {k: v for k, v in cfg.params.items() if k not in lifted}
+    return dataclasses.replace(cfg, params=rest, **lifted)  # type: ignore[arg-type]
+
+
 def build_autoscaling_config(
     policy: str,
     cfg: ScalingConfig,
@@ -116,6 +131,7 @@ def build_autoscaling_config(
 ) -> AutoscalingConfig:
     from ray.serve.config import AutoscalingConfig, AutoscalingPolicy
 
+    cfg = lift_params(cfg)
     if policy not in POLICY_NAMES:
         raise ValueError(f"unknown autoscaling policy {policy!r}; choose one of {POLICY_NAMES}")
     common: dict[str, Any] = {

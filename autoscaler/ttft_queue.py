@@ -15,6 +15,9 @@ Rule (budget ``B = headroom * ttft_slo_s``; all work in replica-seconds)
   reported, else from the engines' token counters, see ``prefill_load.py``) plus
   the queue's growth rate, i.e. the prefill capacity the incoming stream uses; ``blocked``
   = replicas whose own queue exceeds B, which a queue-aware router will not give new work.
+- Boot-aware backlog (``boot_s``, default 0): replicas that start after the current fleet has
+  drained a burst only cost money, so the backlog term counts only the work left after
+  ``boot_s`` of draining by the reporting replicas: ``ceil(max(0, W − n·boot_s) / B)``.
 - No compounding: ``current`` counts starting replicas, and after an up-move the backlog
   term is ignored while the new replicas boot (fewer replicas report than ``current``, at
   most ``startup_grace_s``) and for ``settle_s`` after they all report — the backlog keeps
@@ -22,10 +25,15 @@ Rule (budget ``B = headroom * ttft_slo_s``; all work in replica-seconds)
   replicas anyway. It is also ignored while the queue already drains (growth < 0).
 - Down, slow: ``m < current`` replicas are enough when, spread over ``m``, the backlog stays
   under ``down_queue_fraction * B``, prefill utilisation under ``down_utilization`` and KV
-  usage under ``down_kv_usage``, and no replica's observed TTFT P95 exceeds the SLO. The
+  usage under ``down_kv_usage``, and no busy replica's observed TTFT P95 exceeds the SLO (an
+  idle replica's P95 window holds samples of a past burst forever, so it cannot veto). The
   condition must hold for ``downscale_stable_s``; then remove at most
   ``max_downscale_step`` replicas, at most once per ``downscale_cooldown_s`` after any move.
   No up-move within ``upscale_cooldown_s`` after a down-move.
+- Peak hold (``peak_hold_s``, off by default): never go below the largest ``need`` of the
+  last ``peak_hold_s`` seconds. Bursty traffic (the Azure code trace: hundreds of requests
+  within seconds, minutes apart) outruns any boot time; holding the recent burst capacity
+  is what catches the next burst.
 - Hysteresis: up at backlog > B per replica or utilisation > 0.9; down only below 0.5 B and
   0.5 utilisation after removal.
 - Zero: with ``min_replicas == 0`` the last replica goes only when nothing is waiting,
@@ -61,6 +69,8 @@ class TTFTQueueParams:
     settle_s: float = 10.0  # after boot, let the smoothed signals catch up
     load_window_s: float = 5.0  # window for prefill load from cumulative counters
     blocked_factor: float = 1.0  # a replica queued beyond this many budgets takes no new work
+    peak_hold_s: float = 0.0  # never scale below the largest need seen this long ago (0 = off)
+    boot_s: float = 0.0  # expected replica startup time (see "Boot-aware backlog")
 
     @classmethod
     def from_config(cls, config: ScalingConfig) -> TTFTQueueParams:
@@ -94,6 +104,7 @@ class TTFTQueuePolicy:
         new = _track_settling(snapshot, p, load, _track_growth(snapshot, p, load, new))
         current = snapshot.current_replicas
         need, why = _need(snapshot, config, p, load, new, budget)
+        new = _track_peak(snapshot.now, need, p.peak_hold_s, new)
         if current < config.min_replicas or current > config.max_replicas:
             return _move(max(need, clamp(current, config)), snapshot, new, "bounds")
         if need > current:
@@ -103,7 +114,8 @@ class TTFTQueuePolicy:
                 if snapshot.now - last_down < config.upscale_cooldown_s:
                     return current, {**new, _K + "reason": f"hold: up-cooldown (need {need})"}
             return _move(need, snapshot, new, why)
-        target = _down_target(snapshot, config, p, load, budget)
+        held = max((int(e[1]) for e in new.get(_K + "peaks", [])), default=0)
+        target = _down_target(snapshot, config, p, load, budget, held)
         return _maybe_down(target, snapshot, config, new)
 
 
@@ -157,7 +169,8 @@ def _need(
     """Replicas needed: max of the backlog term and the arrival-rate term."""
     arrival = float(state[_K + "arrival"])
     need_rate = math.ceil(arrival / p.up_utilization - 1e-9) + load.blocked
-    need_queue = math.ceil(load.work_s / budget - 1e-9)
+    late = max(0.0, load.work_s - load.reporting * p.boot_s)  # still queued when new ones serve
+    need_queue = math.ceil(late / budget - 1e-9)
     if state.get(_K + "settling") or float(state[_K + "growth"]) < 0.0:
         need_queue = 0  # after an up-move, or while the queue already drains: trust the rate
     need = floor_for_pending(clamp(max(need_queue, need_rate), config), snapshot)
@@ -184,7 +197,8 @@ def _measure(
         util += loads.get(m.replica_id, 0.0) / own_rate
         kv += m.kv_usage
         ongoing += ongoing_of(m)
-        worst = max(worst, m.ttft_p95_s)
+        if ongoing_of(m) > 0:  # an idle replica's P95 is stale: its window never ages out
+            worst = max(worst, m.ttft_p95_s)
     return _Load(rate, work_s, util, kv, ongoing, worst, len(snapshot.replicas), blocked)
 
 
@@ -198,13 +212,27 @@ def _fits(m: int, load: _Load, p: TTFTQueueParams, budget: float, pending: float
     )
 
 
+def _track_peak(now: float, need: int, hold_s: float, state: State) -> State:
+    """Sliding-window maximum of ``need`` over ``hold_s`` as a monotonic queue of
+    ``[t, need]`` with decreasing needs (a few entries, cheap to carry in Serve's state)."""
+    if hold_s <= 0:
+        return state
+    peaks = [e for e in state.get(_K + "peaks", []) if now - e[0] <= hold_s and e[1] > need]
+    return {**state, _K + "peaks": [*peaks, [now, need]]}
+
+
 def _down_target(
-    snapshot: MetricsSnapshot, config: ScalingConfig, p: TTFTQueueParams, load: _Load, budget: float
+    snapshot: MetricsSnapshot,
+    config: ScalingConfig,
+    p: TTFTQueueParams,
+    load: _Load,
+    budget: float,
+    held: int = 0,
 ) -> int:
     current = snapshot.current_replicas
     if load.worst_p95_s > config.ttft_slo_s:
         return current
-    floor = max(config.min_replicas, current - max(1, p.max_downscale_step))
+    floor = max(config.min_replicas, current - max(1, p.max_downscale_step), held)
     target = current
     for m in range(current - 1, floor - 1, -1):
         if not _fits(m, load, p, budget, snapshot.pending_requests):
