@@ -27,6 +27,7 @@ run: model
 
 lint: install
 	$(VENV)/bin/ruff check cluster replicas router autoscaler bench tests
+	$(VENV)/bin/ruff format --check cluster replicas router autoscaler bench tests
 	$(VENV)/bin/mypy router autoscaler
 
 test: model lint
