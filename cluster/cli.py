@@ -11,26 +11,28 @@ from typing import Any
 
 from cluster.config import ConfigError, FleetConfig, load_config
 
+# `llmfleet up` flag -> (config section, field)
+_FLAG_FIELDS = {
+    "replicas": ("replicas", "num_replicas"),
+    "engine": ("engine", "type"),
+    "model": ("model", "path"),
+    "host": ("server", "host"),
+    "port": ("server", "port"),
+    "router": ("routing", "policy"),
+}
+
 
 def _overrides(cfg: FleetConfig, args: argparse.Namespace) -> FleetConfig:
+    from cluster.config import parse_config
+
     data = cfg.model_dump()
-    if args.replicas is not None:
-        data["replicas"]["num_replicas"] = args.replicas
-    if args.engine is not None:
-        data["engine"]["type"] = args.engine
-    if args.model is not None:
-        data["model"]["path"] = args.model
-    if args.host is not None:
-        data["server"]["host"] = args.host
-    if args.port is not None:
-        data["server"]["port"] = args.port
-    if args.router is not None:
-        data["routing"]["policy"] = args.router
+    for flag, (section, field) in _FLAG_FIELDS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            data[section][field] = value
     if args.autoscale is not None:
         data["autoscaling"]["enabled"] = args.autoscale != "none"
         data["autoscaling"]["policy"] = args.autoscale
-    from cluster.config import parse_config
-
     return parse_config(data)
 
 

@@ -74,3 +74,26 @@ def test_readme_config_reference_is_current() -> None:
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert markdown() in readme, "regenerate the README table: python -m cluster.config_doc"
+
+
+def test_up_flags_override_the_config() -> None:
+    from cluster.cli import _overrides, build_parser
+
+    args = build_parser().parse_args(
+        [
+            "up",
+            "--engine",
+            "sim",
+            "--replicas",
+            "3",
+            "--port",
+            "9000",
+            "--router",
+            "p2c",
+            "--autoscale",
+            "none",
+        ]
+    )
+    cfg = _overrides(FleetConfig(), args)
+    assert (cfg.engine.type, cfg.replicas.num_replicas, cfg.server.port) == ("sim", 3, 9000)
+    assert cfg.routing.policy == "p2c" and cfg.autoscaling.enabled is False
