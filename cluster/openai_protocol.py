@@ -9,7 +9,14 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 
 class APIError(Exception):
@@ -42,6 +49,13 @@ class APIError(Exception):
         }
 
 
+def _at_least_one(cls: type, v: int | None, info: ValidationInfo) -> int | None:
+    """Shared by ``max_tokens`` and ``max_completion_tokens``."""
+    if v is not None and v <= 0:
+        raise ValueError(f"{info.field_name} must be at least 1")
+    return v
+
+
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     include_usage: bool = Field(False, description="Send a final chunk with token usage.")
@@ -68,12 +82,7 @@ class _Sampling(BaseModel):
     presence_penalty: float = Field(0.0, description="Accepted; only 0 is supported.")
     frequency_penalty: float = Field(0.0, description="Accepted; only 0 is supported.")
 
-    @field_validator("max_tokens")
-    @classmethod
-    def _positive(cls, v: int | None) -> int | None:
-        if v is not None and v <= 0:
-            raise ValueError("max_tokens must be at least 1")
-        return v
+    _positive = field_validator("max_tokens")(_at_least_one)
 
     def stop_list(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -131,12 +140,7 @@ class ChatRequest(_Sampling):
             raise ValueError("logprobs are not supported")
         return v
 
-    @field_validator("max_completion_tokens")
-    @classmethod
-    def _positive_mct(cls, v: int | None) -> int | None:
-        if v is not None and v <= 0:
-            raise ValueError("max_completion_tokens must be at least 1")
-        return v
+    _positive_mct = field_validator("max_completion_tokens")(_at_least_one)
 
 
 def decode_json(raw: bytes) -> dict[str, Any]:

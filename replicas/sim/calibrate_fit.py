@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replicas.sim.cost import BatchShape
+from replicas.sim.cost import BatchShape, step_features
 from replicas.sim.profiles import ModelProfile
 
 KEYS = ("step_overhead_s", "per_seq_overhead_s", "peak_flops", "mem_bandwidth")
@@ -44,21 +44,6 @@ class FitResult:
     max_rel_err: float
     n_samples: int
     unbound: tuple[str, ...] = ()  # rates the data did not constrain
-
-
-def step_features(model: ModelProfile, b: BatchShape) -> tuple[float, float, float]:
-    """(flops, bytes, seqs) of one step, exactly as ``CostModel.step_time`` counts them."""
-    m = model
-    tokens = b.prefill_tokens + b.decode_seqs
-    pairs = b.prefill_pairs + b.decode_kv_tokens
-    flops = (
-        2.0 * m.matmul_params * tokens
-        + 2.0 * m.vocab * m.hidden * b.sampled
-        + 4.0 * m.layers * m.heads * m.head_dim * pairs
-    )
-    kv_bytes = (b.prefill_kv_tokens + b.decode_kv_tokens) * m.kv_bytes_per_token
-    seqs = b.decode_seqs + (1 if b.prefill_tokens else 0) + max(0, b.sampled - b.decode_seqs)
-    return flops, m.weight_bytes + kv_bytes, float(seqs)
 
 
 def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:

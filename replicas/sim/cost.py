@@ -28,6 +28,21 @@ class BatchShape:
     sampled: int = 0  # sequences that produce a token this step
 
 
+def step_features(m: ModelProfile, b: BatchShape) -> tuple[float, float, float]:
+    """(FLOPs, bytes read, sequences) of one engine step: the quantities the step time is
+    built from, shared with the CPU-profile fit so the two cannot drift apart."""
+    tokens = b.prefill_tokens + b.decode_seqs
+    pairs = b.prefill_pairs + b.decode_kv_tokens
+    flops = (
+        2.0 * m.matmul_params * tokens
+        + 2.0 * m.vocab * m.hidden * b.sampled
+        + 4.0 * m.layers * m.heads * m.head_dim * pairs
+    )
+    kv_bytes = (b.prefill_kv_tokens + b.decode_kv_tokens) * m.kv_bytes_per_token
+    seqs = b.decode_seqs + (1 if b.prefill_tokens else 0) + max(0, b.sampled - b.decode_seqs)
+    return flops, m.weight_bytes + kv_bytes, float(seqs)
+
+
 @dataclass(frozen=True, slots=True)
 class CostModel:
     model: ModelProfile
@@ -35,20 +50,13 @@ class CostModel:
     tp: int = 1
 
     def step_time(self, b: BatchShape) -> float:
-        m, hw, tp = self.model, self.hw, self.tp
+        hw, tp = self.hw, self.tp
         tokens = b.prefill_tokens + b.decode_seqs
         if tokens == 0:
             return 0.0
-        pairs = b.prefill_pairs + b.decode_kv_tokens
-        flops = (
-            2.0 * m.matmul_params * tokens
-            + 2.0 * m.vocab * m.hidden * b.sampled
-            + 4.0 * m.layers * m.heads * m.head_dim * pairs
-        )
-        kv_bytes = (b.prefill_kv_tokens + b.decode_kv_tokens) * m.kv_bytes_per_token
+        flops, nbytes, seqs = step_features(self.model, b)
         compute = flops / (tp * hw.peak_flops * hw.compute_eff)
-        memory = (m.weight_bytes + kv_bytes) / (tp * hw.mem_bandwidth * hw.bw_eff)
-        seqs = b.decode_seqs + (1 if b.prefill_tokens else 0) + max(0, b.sampled - b.decode_seqs)
+        memory = nbytes / (tp * hw.mem_bandwidth * hw.bw_eff)
         return (
             hw.step_overhead_s
             + hw.per_seq_overhead_s * seqs
