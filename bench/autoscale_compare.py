@@ -161,13 +161,21 @@ def load_runs(out: Path, mode: str) -> list[dict[str, Any]]:
 
 
 # ---- running -----------------------------------------------------------------------------
-def run_sim_mode(out: Path, names: list[str], resume: bool = False) -> None:
+def selected(v: Variant, only: str | None) -> bool:
+    """``only``: comma list of substrings of ``"policy tuning"`` (None = every variant)."""
+    label = f"{v.policy} {v.tuning}"
+    return only is None or any(part.strip() in label for part in only.split(","))
+
+
+def run_sim_mode(
+    out: Path, names: list[str], resume: bool = False, only: str | None = None
+) -> None:
     from bench.autoscale_sim import SimSetup, run_sim
 
     for name in names:
         specs, step = workload("sim", name)
         for v in sim_variants(SIM_FLOOR[name]):
-            if resume and run_path(out, "sim", name, v).exists():
+            if not selected(v, only) or (resume and run_path(out, "sim", name, v).exists()):
                 continue
             scaling = v.scaling(1, SimSetup().max_replicas)
             if v.policy == "static":  # a fixed fleet: the "none" policy held at min = max
@@ -283,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         "--report-only", action="store_true", help="rebuild tables/plots from saved runs"
     )
     ap.add_argument("--resume", action="store_true", help="sim: skip variants already saved")
+    ap.add_argument(
+        "--only", default=None, help="sim: comma list of substrings of 'policy tuning' to run"
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
     modes = ("sim", "live") if args.mode == "all" else (args.mode,)
@@ -293,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown {mode} workloads {sorted(bad)}; known: {WORKLOADS[mode]}")
         if not args.report_only:
             if mode == "sim":
-                run_sim_mode(out, names, args.resume)
+                run_sim_mode(out, names, args.resume, args.only)
             else:
                 run_live_mode(out, names)
         print(report_mode(out, mode))

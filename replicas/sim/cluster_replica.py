@@ -23,7 +23,6 @@ class SimReplica:
         "draining",
         "started_at",
         "stopped_at",
-        "_busy_mark",
         "served",
     )
 
@@ -40,7 +39,6 @@ class SimReplica:
         self.draining = False
         self.started_at = now
         self.stopped_at: float | None = None
-        self._busy_mark = 0.0
         self.served = 0
 
     @property
@@ -67,12 +65,11 @@ class SimReplica:
             prefill_tokens_per_s=self.core._prefill_rate,
         )
 
-    def metrics(self, interval_s: float) -> ReplicaMetrics:
-        busy = self.core.busy_s - self._busy_mark
-        self._busy_mark = self.core.busy_s
-        stats = self.core.stats().as_dict()
+    def metrics(self, now: float) -> ReplicaMetrics:
+        """What the replica would report at ``now`` (busy fraction and TTFT P95 over the
+        core's sliding windows, in virtual time)."""
+        stats = self.core.stats(now).as_dict()
         stats["ongoing"] = float(self.ongoing)
-        stats["busy_fraction"] = min(1.0, busy / interval_s) if interval_s > 0 else 0.0
         return ReplicaMetrics.from_stats(self.replica_id, stats)
 
     def stop(self, now: float) -> None:

@@ -30,7 +30,7 @@ def scale(sim: ClusterSim) -> None:
     snapshot = MetricsSnapshot(
         now=sim.now,
         current_replicas=len(live),
-        replicas=tuple(r.metrics(sim.config.tick_s) for r in ready),
+        replicas=tuple(r.metrics(sim.now) for r in ready),
         pending_requests=float(len(sim.ingress)),
     )
     desired, sim.scale_state = sim.scaler.decide(snapshot, cfg, sim.scale_state)

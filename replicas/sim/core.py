@@ -4,14 +4,19 @@ The real-time ``SimEngine`` and the virtual-time cluster simulator drive the sam
 ``begin_step(now) -> (batch, seconds)`` picks the work and prices it; ``end_step(batch,
 end)`` applies it. KV events are flushed to ``on_kv_event(kind, hashes)`` after each
 scheduling decision ("stored" / "removed", parent first).
+
+Busy fraction and recent TTFT P95 come from the real engine's ``LoadTracker`` fed with the
+core's own (real or virtual) times: busy = completed engine steps within the last
+``BUSY_WINDOW_S``; TTFT P95 over the first tokens of the last ``TTFT_WINDOW_S``, so a burst
+ages out of it. ``stats(now)`` reads both at ``now`` (default: the latest time seen).
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 from replicas.engine import EngineStats
+from replicas.load_stats import LoadTracker
 from replicas.sim import profiles
 from replicas.sim.cost import CostModel
 from replicas.sim.kv_cache import BlockPool, KVCacheManager, KVEventCallback
@@ -19,7 +24,8 @@ from replicas.sim.request import SimRequest
 from replicas.sim.scheduler import Batch, Scheduler, SchedulerConfig
 
 EWMA_ALPHA = 0.2
-TTFT_WINDOW = 200
+TTFT_WINDOW_S = 60.0  # same defaults as the real engine's LoadTracker
+BUSY_WINDOW_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +80,10 @@ class EngineCore:
         chunk = min(2048, self.scheduler.config.max_num_batched_tokens)
         self._prefill_rate = speed * self.cost.nominal_prefill_tokens_per_s(chunk)
         self._decode_rate = 0.0
-        self._ttfts: deque[float] = deque(maxlen=TTFT_WINDOW)
+        self._now = 0.0  # latest time seen (arrival or step end)
+        self.recent = LoadTracker(
+            ttft_window_s=TTFT_WINDOW_S, busy_window_s=BUSY_WINDOW_S, clock=lambda: self._now
+        )
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -82,10 +91,13 @@ class EngineCore:
 
     def add(self, req: SimRequest, now: float) -> None:
         req.arrival = now
+        self._now = max(self._now, now)
         self.scheduler.add(req)
+        self.recent.on_request_added(req.request_id, req.prompt_len, now)
 
     def abort(self, req: SimRequest) -> None:
         self.scheduler.abort(req)
+        self.recent.on_finished(req.request_id, self._now)
         self.kv.pool.drain_events(self.on_kv_event)
 
     def begin_step(self, now: float) -> tuple[Batch | None, float]:
@@ -99,6 +111,8 @@ class EngineCore:
         dt = end - start
         self.steps += 1
         self.busy_s += dt
+        self._now = max(self._now, end)
+        self.recent.on_step(dt, end)
         out = self.scheduler.complete(batch, end)
         if dt > 0:
             shape = batch.shape
@@ -108,10 +122,13 @@ class EngineCore:
             self._decode_rate += EWMA_ALPHA * (shape.sampled / dt - self._decode_rate)
         for req in out:
             if req.num_output == 1 and req.first_token_time is not None:
-                self._ttfts.append(req.first_token_time - req.arrival)
+                self.recent.on_first_token(req.request_id, req.cached_tokens, req.first_token_time)
+            if req.finish_reason is not None:
+                self.recent.on_finished(req.request_id, end)
         return out
 
-    def stats(self) -> EngineStats:
+    def stats(self, now: float | None = None) -> EngineStats:
+        t = self._now if now is None else max(now, self._now)
         sch = self.scheduler
         pending = max(0, sch.pending_prefill)
         rate = self._prefill_rate
@@ -127,13 +144,10 @@ class EngineCore:
             prefill_tokens_per_s=rate,
             decode_tokens_per_s=self._decode_rate,
             queue_delay_s=pending / rate if rate > 0 else 0.0,
-            ttft_p95_s=_p95(self._ttfts),
-            extra={"num_preemptions": float(sch.num_preemptions), "steps": float(self.steps)},
+            ttft_p95_s=self.recent.ttft_p95(t),
+            extra={
+                "num_preemptions": float(sch.num_preemptions),
+                "steps": float(self.steps),
+                "busy_fraction": self.recent.busy_fraction(t),
+            },
         )
-
-
-def _p95(values: deque[float]) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]

@@ -92,7 +92,7 @@ class SimEngine:
             raise RuntimeError(f"engine loop died: {exc!r}")
 
     def stats(self) -> EngineStats:
-        return self.core.stats()
+        return self.core.stats(self._clock())
 
     async def abort(self, request_id: str) -> None:
         req = self._requests.pop(request_id, None)

@@ -101,10 +101,10 @@ def test_up_cooldown_applies_after_a_down_move() -> None:
     state: State = {}
     for t, c in ((0.0, 3), (21.0, 3)):
         desired, state = POLICY.decide(snap(t, c, idle), CFG, state)
-    assert desired == 2
-    burst = [rep(0, 3500), rep(1, 0)]  # 3.5 s / 1.4 -> 3
-    assert POLICY.decide(snap(23.0, 2, burst), CFG, state)[0] == 2
-    assert POLICY.decide(snap(26.5, 2, burst), CFG, state)[0] == 3
+    assert desired == 1  # exact: one idle replica is enough
+    burst = [rep(0, 3500)]  # 3.5 s / 1.4 -> 3
+    assert POLICY.decide(snap(23.0, 1, burst), CFG, state)[0] == 1
+    assert POLICY.decide(snap(26.5, 1, burst), CFG, state)[0] == 3
 
 
 def test_starting_replicas_do_not_compound_the_target() -> None:
@@ -124,10 +124,21 @@ def _idle(n: int) -> list[ReplicaMetrics]:
     return [rep(i, 0, prefill_load_tokens_per_s=50.0, kv_usage=0.05) for i in range(n)]
 
 
-def test_scales_down_slowly_one_step_per_cooldown() -> None:
+def test_scales_down_exactly_once_stable() -> None:
+    # idle fleet of 6: not stable before 20 s, then straight to the smallest fleet that fits
+    out, _ = run([snap(t, 6, _idle(6)) for t in (0.0, 10.0, 21.0)])
+    assert out == [6, 6, 1]
+    # 2 replica-equivalents of sustained prefill: under 0.5 utilisation needs 4, not fewer
+    warm = [rep(i, 0, prefill_load_tokens_per_s=2000.0 / 6) for i in range(6)]
+    out, _ = run([snap(t, 6, warm) for t in (0.0, 10.0, 21.0)])
+    assert out == [6, 6, 4]
+
+
+def test_max_downscale_step_caps_each_move_and_cooldown_spaces_them() -> None:
+    cfg = ScalingConfig(min_replicas=1, max_replicas=8, params={"max_downscale_step": 1})
     times = [0.0, 10.0, 21.0, 25.0, 50.0, 51.5, 82.0, 120.0]
     currents = [4, 4, 4, 3, 3, 3, 2, 1]
-    out, _ = run([snap(t, c, _idle(c)) for t, c in zip(times, currents, strict=True)])
+    out, _ = run([snap(t, c, _idle(c)) for t, c in zip(times, currents, strict=True)], cfg)
     # not stable before 20 s; then one replica; then wait for the 30 s down-cooldown
     assert out == [4, 4, 3, 3, 3, 2, 1, 1]
 
@@ -173,7 +184,7 @@ def test_up_resets_pending_scale_down() -> None:
             snap(46.0, 5, _idle(5)),  # stable 21 s and 31 s after the last move
         ]
     )
-    assert out == [3, 5, 5, 5, 4]
+    assert out == [3, 5, 5, 5, 1]
 
 
 def test_scale_to_zero_and_back_on_pending_requests() -> None:
@@ -207,7 +218,7 @@ def test_peak_hold_keeps_recent_burst_capacity_then_releases_it() -> None:
     held, state = run([snap(float(t), 4, _idle(4)) for t in range(1, 100, 5)], cfg, state)
     assert set(held) == {4}  # idle, but the burst of t=0 is younger than peak_hold_s
     later, _ = run([snap(float(t), 4, _idle(4)) for t in range(101, 200, 5)], cfg, state)
-    assert 3 in later
+    assert min(later) == 1
 
 
 def test_boot_time_discounts_backlog_the_fleet_drains_before_new_replicas_serve() -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,18 @@ def test_tokenizer_prompts_round_trip_exactly() -> None:
         text = src.text(s.prompt_token_ids)
         assert tok.encode(text, add_special_tokens=False) == list(s.prompt_token_ids)
         assert tok.encode(text) == list(s.prompt_token_ids)  # no BOS added either
+
+
+def test_shared_prefix_zipf_skews_group_popularity() -> None:
+    specs = build_requests("shared-prefix:groups=16,prompts=100,system=32,question=4,zipf=1.2")
+    counts = Counter(s.group for s in specs)
+    assert len(specs) == 1600
+    share = counts[0] / len(specs)
+    expected = 1.0 / sum((g + 1) ** -1.2 for g in range(16))
+    assert abs(share - expected) < 0.04
+    assert counts[0] > counts[1] > counts[15]
+    # same system prompt within a group, distinct across groups
+    first = {s.group: s.prompt_token_ids[:32] for s in specs}
+    assert len(set(first.values())) == 16
+    with pytest.raises(ValueError, match="zipf"):
+        build_requests("shared-prefix:zipf=-1")

@@ -96,6 +96,7 @@ def _simulate_hot_prefix(config: dict, steps: int = 1500, n: int = 8, conc: int 
     ongoing = Counter({f"r{i}": 0 for i in range(n)})
     inflight: list[str] = []
     worst_excess, idle_steps, reasons, hot_holders = 0.0, 0, Counter(), set()
+    time_avg: Counter[str] = Counter()
     for k in range(steps):
         if len(inflight) >= conc:
             ongoing[inflight.pop(rng.randrange(len(inflight)))] -= 1
@@ -111,24 +112,46 @@ def _simulate_hot_prefix(config: dict, steps: int = 1500, n: int = 8, conc: int 
             total = sum(ongoing.values())
             cap = math.ceil((1 + slack) * total / n)
             worst_excess = max(worst_excess, max(ongoing.values()) - cap)
-            idle_steps += min(ongoing.values()) == 0
+            time_avg.update(ongoing)
+            over_share = max(ongoing.values()) > math.ceil(1.25 * total / n)
+            idle_steps += min(ongoing.values()) == 0 and over_share
             if hot:
                 reasons[d.reason] += 1
                 hot_holders.add(d.replica_id)
-    return worst_excess, idle_steps, reasons, hot_holders
+    share = max(time_avg.values()) / (sum(time_avg.values()) / n) if time_avg else 0.0
+    return worst_excess, idle_steps, reasons, hot_holders, share
 
 
 def test_hot_prefix_is_replicated_within_load_bound() -> None:
-    worst_excess, idle_steps, reasons, holders = _simulate_hot_prefix({"load_slack": 0.25})
+    # the instantaneous bound alone, at slack 0.25
+    strict = {"load_slack": 0.25, "min_load_cap": 4, "share_slack": 1000.0}
+    worst_excess, idle_steps, reasons, holders, _ = _simulate_hot_prefix(strict)
     assert worst_excess <= 0  # never above ceil((1 + slack) * fair share)
     assert idle_steps < 0.03 * 1400  # an idle replica is rare (and never beside an overload)
     assert len(holders) >= 6  # the hot prefix lives on most replicas
     assert reasons["affinity"] > 0.9 * sum(reasons.values())  # yet nearly every hit is a cache hit
 
 
+def test_hot_prefix_defaults_keep_every_replica_near_its_fair_share() -> None:
+    # 8 in flight per replica on average: above min_load_cap, where the bounds apply
+    cfg = RouterConfig()
+    worst_excess, idle_steps, reasons, holders, share = _simulate_hot_prefix(
+        {}, conc=64, slack=cfg.load_slack
+    )
+    assert worst_excess <= 0  # bursts: never above ceil((1 + load_slack) * fair share)
+    assert share <= 1.0 + cfg.share_slack + 0.05  # sustained: time-averaged max / mean in flight
+    assert idle_steps < 0.03 * 1400
+    assert len(holders) >= 4
+    assert reasons["affinity"] > 0.9 * sum(reasons.values())
+
+
 def test_without_load_bound_hot_prefix_piles_on_one_replica() -> None:
-    prefix_only = {"load_slack": 1000.0, "weights": {"queue": 0, "ttft": 0, "kv": 0}}
-    worst_excess, idle_steps, _, _ = _simulate_hot_prefix(prefix_only)
+    prefix_only = {
+        "load_slack": 1000.0,
+        "share_slack": 1000.0,
+        "weights": {"queue": 0, "ttft": 0, "kv": 0},
+    }
+    worst_excess, idle_steps, _, _, _ = _simulate_hot_prefix(prefix_only)
     assert worst_excess > 10 and idle_steps > 100  # the check above can fail
 
 
