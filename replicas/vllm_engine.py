@@ -4,7 +4,8 @@
   DELTA outputs, one ``Delta`` per engine step with the step's wall-clock time.
 - Scheduler numbers (waiting, running, KV usage, prefix-cache hits) come from a stat logger
   vLLM calls after every step; queue and prefill-rate estimates come from ``LoadTracker``.
-- On CPU the engine's KV cache is sized by ``VLLM_CPU_KVCACHE_SPACE`` (GiB) and its worker
+- The KV cache is sized by ``kv_cache_memory_bytes`` on CPU and GPU alike (the CPU-only
+  ``VLLM_CPU_KVCACHE_SPACE`` takes whole GiB, and would override it). Worker
   threads are left unbound (``VLLM_CPU_OMP_THREADS_BIND=nobind``), measured best for two
   engines on two cores; these are set before vLLM spawns its engine-core process.
 """
@@ -51,7 +52,8 @@ def on_gpu() -> bool:
 
 def set_cpu_env(s: VLLMSettings) -> None:
     """Environment the CPU engine reads at spawn time; no effect on GPU."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(s.kv_cache_gib))))
+    # KV size goes in as kv_cache_memory_bytes (engine_args): VLLM_CPU_KVCACHE_SPACE takes
+    # whole GiB only and, when set, overrides it.
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     os.environ.setdefault("OMP_NUM_THREADS", str(s.omp_threads))
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -81,7 +83,7 @@ def engine_args(s: VLLMSettings, gpu: bool) -> Any:
         kwargs["distributed_executor_backend"] = "ray"
     if gpu:
         kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
-        kwargs["kv_cache_memory_bytes"] = int(s.kv_cache_gib * 2**30)
+    kwargs["kv_cache_memory_bytes"] = int(s.kv_cache_gib * 2**30)
     if s.kv_events_endpoint:
         from vllm.config import KVEventsConfig
 

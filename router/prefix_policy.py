@@ -3,10 +3,14 @@
 Modes
 - approximate (``prefix``): after ``Routed``, assume the chosen replica now holds the
   request's blocks (insert into the index, LRU-capped at the replica's KV capacity).
-- precise (``prefix-precise``): the index follows vLLM KV events (``KVBlocksStored`` /
-  ``KVBlocksRemoved``). Per replica it falls back to approximate learning when the replica
-  has been receiving requests for ``fallback_after_s`` without sending any KV event, and
-  returns to precise with the next event.
+- precise (``prefix-precise``): the index also follows vLLM KV events (``KVBlocksStored``
+  / ``KVBlocksRemoved``), so evictions and blocks cached for requests other routers sent
+  are known exactly. A routed request's blocks are still inserted at once (speculatively):
+  BlockStored arrives only after the prefill, and requests for the same new prefix in that
+  window would otherwise scatter (24 Zipf groups on 8 simulated L4 replicas: hit rate
+  80.6 % without speculation, 84.1 % with, oracle 84.7 %). When a replica's events stop
+  (``is_stale``: requests for ``fallback_after_s`` and no event), its entries keep coming
+  from routing alone, capped by the LRU — the approximate mode — until events return.
 - oracle (``oracle``, simulator only): leading cached blocks come from an exact
   ``cache_lookup(replica_id, block_hashes)``; nothing is learned.
 Reasons: ``affinity`` (chosen replica holds the longest known prefix), ``balance`` (a
@@ -145,8 +149,10 @@ class PrefixAwarePolicy:
         if self.mode == MODE_ORACLE:
             return
         self._apply_capacity(rid)
-        if self.mode == MODE_APPROXIMATE or self.is_stale(rid, event.now):
-            self.index.insert(rid, event.request.block_hashes)
+        # Precise mode inserts too (speculatively): the engine's BlockStored arrives only after
+        # the prefill, and requests for the same new prefix meanwhile would miss it;
+        # KVBlocksRemoved then takes back whatever the engine evicts.
+        self.index.insert(rid, event.request.block_hashes)
         if self.mode == MODE_PRECISE:
             self._unacked_since.setdefault(rid, event.now)
 

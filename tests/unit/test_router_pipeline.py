@@ -161,15 +161,15 @@ def test_precise_mode_follows_kv_events_and_falls_back_when_they_stop() -> None:
     req = _req("1", SYSTEM)
     views = _views(2)
     p.observe(Routed(req, "r0", 0.0))
-    assert p.index.size() == 0  # precise mode does not guess from routing
-    p.observe(KVBlocksStored("r0", req.block_hashes, 0.5))
-    assert p.choose(req, views).replica_id == "r0"
-    p.observe(KVBlocksRemoved("r0", req.block_hashes[8:], 0.6))
+    assert p.matches(req, views)["r0"] == 16  # speculative: before the engine's BlockStored
+    p.observe(KVBlocksRemoved("r0", req.block_hashes[8:], 0.6))  # the engine evicted these
     assert p.matches(req, views)["r0"] == 8
-    # r1 gets requests but never reports: after fallback_after_s it is learned approximately
     other = _req("2", list(range(5000, 5256)))
+    p.observe(KVBlocksStored("r1", other.block_hashes, 0.7))  # cached for another router
+    assert p.choose(other, views).replica_id == "r1"
+    # r1 gets requests but never reports: after fallback_after_s it is flagged stale
     p.observe(Routed(other, "r1", 1.0))
-    assert not p.is_stale("r1", 3.0) and p.index.size("r1") == 0
+    assert not p.is_stale("r1", 3.0)
     p.observe(Routed(other, "r1", 7.0))
     assert p.is_stale("r1", 7.0) and p.index.size("r1") == 16
     p.observe(KVBlocksStored("r1", other.block_hashes[:1], 7.5))
