@@ -48,6 +48,9 @@ SUMMARY = "summary.json"
 # prefixes together (98k tokens) exceed one replica's KV cache (46k), and each request
 # brings 512 uncached tokens, so a replica given all of the hot prefix runs out of prefill.
 HOT_PREFIX = "shared-prefix:groups=24,prompts=40,system=4096,question=512,output=16,zipf=1.2"
+HOT_PREFIX_DESC = (
+    "24 groups (Zipf 1.2: the hottest carries 37 %) x 4096-token system prompt + 512-token question"
+)
 
 
 def live_sim_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
@@ -67,11 +70,17 @@ def live_sim_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
             rate=5.0,
         ),
         LiveWorkload(
-            "hot-prefix",
+            "hot-prefix-12",
             HOT_PREFIX,
-            "24 groups (Zipf 1.2: the hottest carries 37 %) x 4096-token system prompt +"
-            " 512-token question, Poisson 16 req/s",
-            rate=16.0,
+            f"{HOT_PREFIX_DESC}, Poisson 12 req/s (below the hot spot's knee)",
+            rate=12.0,
+            num_requests=960,
+        ),
+        LiveWorkload(
+            "hot-prefix-18",
+            HOT_PREFIX,
+            f"{HOT_PREFIX_DESC}, Poisson 18 req/s (one replica cannot prefill the hot group)",
+            rate=18.0,
             num_requests=960,
         ),
         LiveWorkload(
@@ -137,7 +146,7 @@ def sim_scenarios(args: argparse.Namespace) -> list[SimScenario]:
         SimScenario(
             name="sim-hot-prefix",
             workload=HOT_PREFIX,
-            rate=16.0,
+            rate=18.0,
             replicas=8,
             hardware="l4",
             **{**common, "num_requests": args.sim_requests or 960},
