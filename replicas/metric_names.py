@@ -20,6 +20,7 @@ KV_USAGE = "llmfleet_kv_usage"
 PREFIX_HIT_RATE = "llmfleet_prefix_hit_rate"
 INGRESS_ERRORS_TOTAL = "llmfleet_ingress_errors_total"  # tags: status, code
 ROUTER_DECISIONS = "llmfleet_router_decisions"  # tags: policy, reason
+ROUTER_KV_EVENTS = "llmfleet_router_kv_events"  # tags: kind (stored, removed); prefix-precise
 
 LATENCY_BUCKETS_S = [
     0.005,

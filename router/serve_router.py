@@ -12,7 +12,9 @@ Nothing blocks the event loop: the index lives in this process. With policy
 ``prefix-precise`` and ``kv_events_endpoint_template`` (e.g.
 ``"ipc:///tmp/llmfleet-kv-{replica_id}"``), one ZMQ subscriber per replica feeds KV events
 to the policy through ``loop.call_soon_threadsafe``.
-Decisions are counted by reason in the Serve counter ``ROUTER_DECISIONS``.
+Decisions are counted by reason in the Serve counter ``ROUTER_DECISIONS``; KV events applied
+to the index by kind in ``ROUTER_KV_EVENTS`` (both also in ``decision_counts`` /
+``kv_event_counts``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from router.outstanding import OutstandingPrefill
 from router.registry import make_policy
 from router.types import (
     Completed,
+    KVBlocksStored,
     NoReplicaAvailable,
     ReplicaGone,
     ReplicaView,
@@ -46,6 +49,7 @@ from router.views import replica_view_from_stats
 
 log = logging.getLogger(__name__)
 ROUTER_DECISIONS = "llmfleet_router_decisions"
+ROUTER_KV_EVENTS = "llmfleet_router_kv_events"
 
 
 def request_view_of(pending_request: PendingRequest | None) -> RequestView | None:
@@ -63,17 +67,14 @@ def rank_tiers(decision: RoutingDecision, candidates: Sequence[Any]) -> list[lis
     return [tier for tier in (chosen, rest) if tier]
 
 
-def _make_counter() -> Any:
+def _make_counter(name: str, description: str, tag_keys: tuple[str, ...]) -> Any:
     try:
         from ray.serve.metrics import Counter
 
-        return Counter(
-            ROUTER_DECISIONS,
-            description="Routing decisions by policy and reason (affinity, balance, fallback).",
-            tag_keys=("policy", "reason"),  # type: ignore[arg-type]  # Ray annotates tuple[str]
-        )
+        # Ray annotates tag_keys as tuple[str] (one element)
+        return Counter(name, description=description, tag_keys=tag_keys)  # type: ignore[arg-type]
     except Exception as exc:  # metrics need a Ray worker; unit tests have none
-        log.debug("router decision counter disabled: %s", exc)
+        log.debug("router counter %s disabled: %s", name, exc)
         return None
 
 
@@ -108,7 +109,21 @@ class LLMFleetRequestRouter(RequestRouter):
         self.kv_template = kv_events_endpoint_template if policy == "prefix-precise" else None
         self.subscribers: dict[str, KVEventSubscriber] = {}
         self.known: set[str] = set()
-        self._counter = _make_counter()
+        self._counter = _make_counter(
+            ROUTER_DECISIONS,
+            "Routing decisions by policy and reason (affinity, balance, fallback).",
+            ("policy", "reason"),
+        )
+        self.kv_event_counts: collections.Counter[str] = collections.Counter()
+        self._kv_counter = (
+            _make_counter(
+                ROUTER_KV_EVENTS,
+                "vLLM KV cache events applied to the prefix index, by kind (stored, removed).",
+                ("kind",),
+            )
+            if self.kv_template
+            else None
+        )
 
     def _state_ready(self) -> bool:
         return hasattr(self, "policy")
@@ -174,6 +189,13 @@ class LLMFleetRequestRouter(RequestRouter):
         if self._state_ready():
             self.policy.observe(event)
 
+    def _on_kv_event(self, event: RouterEvent) -> None:
+        kind = "stored" if isinstance(event, KVBlocksStored) else "removed"
+        self.kv_event_counts[kind] += 1
+        if self._kv_counter is not None:
+            self._kv_counter.inc(tags={"kind": kind})
+        self._observe(event)
+
     def on_request_routed(
         self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
     ) -> None:
@@ -232,6 +254,6 @@ class LLMFleetRequestRouter(RequestRouter):
                 self.subscribers[rid] = KVEventSubscriber(
                     endpoint,
                     rid,
-                    lambda ev: _hand_over(loop, self._observe, ev),
+                    lambda ev: _hand_over(loop, self._on_kv_event, ev),
                     block_size=self.block_size,
                 ).start()

@@ -12,7 +12,9 @@ def vllm_app(ray_session: None) -> Iterator[str]:
     deploy_app(
         {
             "replicas": {"num_replicas": 1},
-            "routing": {"policy": "ray-p2c"},
+            # our router in precise mode: the engine publishes KV events over ZMQ and the
+            # router's index consumes them (checked in the metrics test)
+            "routing": {"policy": "prefix-precise"},
             "engine": {"vllm": {"kv_cache_gib": 1, "max_num_seqs": 16}},
         }
     )

@@ -205,8 +205,13 @@ def test_latency_and_queue_metrics_are_exported_through_ray(
 ) -> None:
     from replicas import metric_names as M
 
+    long_prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * 40)  # > 2 blocks
     client.completions.create(model=vllm_app, prompt="Hi", max_tokens=3)
+    client.completions.create(model=vllm_app, prompt=long_prompt, max_tokens=3)
+    kv_events = M.PROM_PREFIX + M.ROUTER_KV_EVENTS + "_total"
     wanted = [
+        kv_events,
+        M.PROM_PREFIX + M.ROUTER_DECISIONS + "_total",
         M.PROM_PREFIX + M.TTFT_SECONDS + "_count",
         M.PROM_PREFIX + M.ITL_SECONDS + "_count",
         M.PROM_PREFIX + M.E2E_SECONDS + "_count",
@@ -226,3 +231,6 @@ def test_latency_and_queue_metrics_are_exported_through_ray(
         ln for ln in text.splitlines() if ln.startswith(M.PROM_PREFIX + M.TTFT_SECONDS + "_count")
     ]
     assert sum(float(ln.rsplit(" ", 1)[1]) for ln in ttft) >= 1
+    # prefix-precise: the router applied the engine's BlockStored events to its index
+    stored = [ln for ln in text.splitlines() if ln.startswith(kv_events) and 'kind="stored"' in ln]
+    assert sum(float(ln.rsplit(" ", 1)[1]) for ln in stored) >= 1, stored

@@ -140,3 +140,31 @@ async def test_burst_between_stats_reports_counts_own_outstanding_prefill() -> N
     second = make_request_view("r2", list(range(9000, 9512)))  # unrelated prompt
     tiers = await router.choose_replicas([a, b], _pending(second, "i2"))
     assert tiers[0][0] is not chosen
+
+
+async def test_precise_router_subscribes_counts_and_learns_kv_events(tmp_path: Any) -> None:
+    import zmq
+
+    from tests.unit.test_router_kv_events import CAPTURED, TOKENS, _frames
+
+    template = f"ipc://{tmp_path}/kv-{{replica_id}}.sock"
+    pub = zmq.Context.instance().socket(zmq.PUB)
+    pub.bind(template.format(replica_id="a"))
+    router = _router(policy="prefix-precise", kv_events_endpoint_template=template)
+    reps = [FakeReplica("a"), FakeReplica("b")]
+    try:
+        await router.choose_replicas(reps, _pending(make_request_view("r0", SYSTEM), "i0"))
+        assert set(router.subscribers) == {"a", "b"}  # one SUB socket per replica
+        deadline = asyncio.get_running_loop().time() + 5.0
+        seq = 0
+        while not router.kv_event_counts and asyncio.get_running_loop().time() < deadline:
+            pub.send_multipart(_frames(CAPTURED[3], seq))  # PUB/SUB slow joiner: resend
+            seq += 1
+            await asyncio.sleep(0.02)
+    finally:
+        for sub in router.subscribers.values():
+            sub.stop()
+        pub.close(linger=0)
+    assert router.kv_event_counts["stored"] >= 1
+    view = make_request_view("r1", TOKENS)  # the tokens of the captured BlockStored
+    assert router.policy.matches(view, [router.replica_view(r) for r in reps])["a"] == 4  # type: ignore[attr-defined]
