@@ -71,8 +71,6 @@ from autoscaler.ttft_signals import (
 )
 from autoscaler.types import MetricsSnapshot, ScalingConfig, State
 
-_K = K  # state key prefix
-
 
 @dataclass(frozen=True, slots=True)
 class TTFTQueueParams:
@@ -108,8 +106,8 @@ class TTFTQueuePolicy:
     ) -> tuple[int, State]:
         p = TTFTQueueParams.from_config(config)
         budget = config.headroom * config.ttft_slo_s
-        fallback = float(state.get(_K + "rate", p.prior_prefill_tokens_per_s))
-        loads, new = prefill_loads(snapshot, state, _K + "counters", p.load_window_s)
+        fallback = float(state.get(K + "rate", p.prior_prefill_tokens_per_s))
+        loads, new = prefill_loads(snapshot, state, K + "counters", p.load_window_s)
         load = measure(snapshot, p, fallback, budget, loads)
         new = track_settling(snapshot, p, load, track_growth(snapshot, p, load, new))
         new = track_surge(snapshot.now, p, new)
@@ -119,11 +117,11 @@ class TTFTQueuePolicy:
         if current < config.min_replicas or current > config.max_replicas:
             return _move(max(need, clamp(current, config)), snapshot, new, "bounds")
         if need > current:
-            new[_K + "down_since"] = None
-            last_down = new.get(_K + "last_down_at")
+            new[K + "down_since"] = None
+            last_down = new.get(K + "last_down_at")
             if current > 0 and last_down is not None:
                 if snapshot.now - last_down < config.upscale_cooldown_s:
-                    return current, {**new, _K + "reason": f"hold: up-cooldown (need {need})"}
+                    return current, {**new, K + "reason": f"hold: up-cooldown (need {need})"}
             return _move(need, snapshot, new, why)
         target = _down_target(snapshot, config, p, load, new, budget, max(need, held_peak(new)))
         return _maybe_down(target, snapshot, config, new)
@@ -138,11 +136,11 @@ def _need(
     budget: float,
 ) -> tuple[int, str]:
     """Replicas needed: max of the backlog, the arrival-rate and the surge-reserve terms."""
-    arrival = float(state[_K + "arrival"])
+    arrival = float(state[K + "arrival"])
     need_rate = math.ceil(arrival / p.up_utilization - 1e-9) + load.blocked
     late = max(0.0, load.work_s - load.reporting * p.boot_s)  # still queued when new ones serve
     need_queue = math.ceil(late / budget - 1e-9)
-    if state.get(_K + "settling") or float(state[_K + "growth"]) < 0.0:
+    if state.get(K + "settling") or float(state[K + "growth"]) < 0.0:
         need_queue = 0  # after an up-move, or while the queue already drains: trust the rate
     surge = held_surge(state)
     need_reserve = 0
@@ -184,7 +182,7 @@ def _down_target(
         return current
     step = p.max_downscale_step if p.max_downscale_step > 0 else current
     floor = max(config.min_replicas, current - step, held)
-    arrival = float(state.get(_K + "arrival", 0.0))
+    arrival = float(state.get(K + "arrival", 0.0))
     target = current
     for m in range(current - 1, floor - 1, -1):
         if not _fits(m, load, arrival, p, budget, snapshot.pending_requests):
@@ -198,25 +196,25 @@ def _maybe_down(
 ) -> tuple[int, State]:
     current, now = snapshot.current_replicas, snapshot.now
     if target >= current:
-        return current, {**state, _K + "down_since": None, _K + "reason": "steady"}
-    since = state.get(_K + "down_since")
+        return current, {**state, K + "down_since": None, K + "reason": "steady"}
+    since = state.get(K + "down_since")
     if since is None:
         since = now
-    state = {**state, _K + "down_since": since}
-    last = state.get(_K + "last_scale_at")
+    state = {**state, K + "down_since": since}
+    last = state.get(K + "last_scale_at")
     if now - since < config.downscale_stable_s:
-        return current, {**state, _K + "reason": f"hold: down to {target} not yet stable"}
+        return current, {**state, K + "reason": f"hold: down to {target} not yet stable"}
     if last is not None and now - last < config.downscale_cooldown_s:
-        return current, {**state, _K + "reason": "hold: down-cooldown"}
+        return current, {**state, K + "reason": "hold: down-cooldown"}
     return _move(target, snapshot, state, "down: fewer replicas still meet the SLO with headroom")
 
 
 def _move(desired: int, snapshot: MetricsSnapshot, state: State, reason: str) -> tuple[int, State]:
-    new = {**state, _K + "reason": reason}
+    new = {**state, K + "reason": reason}
     if desired != snapshot.current_replicas:
-        new[_K + "last_scale_at"] = snapshot.now
+        new[K + "last_scale_at"] = snapshot.now
     if desired > snapshot.current_replicas:
-        new |= {_K + "last_up_at": snapshot.now, _K + "ready_at": None, _K + "settling": True}
+        new |= {K + "last_up_at": snapshot.now, K + "ready_at": None, K + "settling": True}
     elif desired < snapshot.current_replicas:
-        new[_K + "last_down_at"] = snapshot.now
+        new[K + "last_down_at"] = snapshot.now
     return desired, new

@@ -7,8 +7,10 @@ utilization (HPA-style) rule, side by side, in virtual time and live.
   1..64 replicas, least-loaded routing, metrics averaged over 5 s (Ray's look-back);
   workloads: the full Azure LLM code hour (8,819 requests, unscaled) and a step
   (2 → 8 → 2 req/s for 300/600/900 s, lengths drawn from the trace). Every policy gets a
-  small knob sweep, including a ``min_replicas`` floor; ``static`` rows are fixed fleets
-  for reference. Goal check: against the cheapest ongoing/utilization row that reaches
+  small knob sweep, including a ``min_replicas`` floor; the baselines' sweeps reach down to
+  aggressive targets (ongoing 0.5, utilization 0.2) so that some setting of each reaches
+  high attainment and the cost ratio compares like with like; ``static`` rows are fixed
+  fleets for reference. Goal check: against the cheapest ongoing/utilization row that reaches
   our attainment (or 99 %).
 - live: Ray Serve + simulated SmolLM2-on-CPU replicas in real time, 1..6 replicas, Serve
   metrics every 0.5 s averaged over 2 s; workloads: a step (1.5 → 6 → 1.5 req/s for
@@ -34,26 +36,28 @@ from bench.autoscale_workloads import AZURE_TRACE, StepLoad
 from bench.types import RequestRecord, RequestSpec
 
 SLO_S = 2.0
-# TTFT-queue knobs tuned on the sim workloads (library defaults in TTFTQueueParams): hold the
-# last 10 min of burst capacity; count replica boot (30 s) against the backlog (an instant
-# burst the fleet drains before new replicas boot is no reason to add them); measure
-# arrivals over 15 s instead of 3 s; keep prefill utilisation under 0.5 (not 0.9) going up
-# and 0.3 going down: with a 2-s SLO and ~1.5-s prefills of the largest prompts, a
-# replica that is 90 % busy with prefill already misses the SLO.
+# TTFT-queue knobs tuned on the sim workloads (library defaults in TTFTQueueParams): count
+# replica boot (30 s) against the backlog (an instant burst the fleet drains before new
+# replicas boot is no reason to add them); sustained arrivals over 15 s instead of 3 s,
+# kept under 0.55 prefill utilisation going up and 0.4 going down (with a 2-s SLO and
+# ~1.5-s prefills of the largest prompts, a replica 90 % busy with prefill already misses
+# the SLO); a surge reserve for the largest arrival jump of the last 5 min at full use.
 SIM_TUNED: dict[str, Any] = {
-    "peak_hold_s": 600.0, "boot_s": 30.0, "growth_tau_s": 15.0,
-    "up_utilization": 0.5, "down_utilization": 0.3,
+    "boot_s": 30.0, "growth_tau_s": 15.0, "up_utilization": 0.55, "down_utilization": 0.4,
+    "surge_hold_s": 300.0, "surge_utilization": 1.0,
 }  # fmt: skip
-# More headroom for the bursty trace: twice the hold, prefill utilisation under 0.3.
-SIM_CONSERVATIVE: dict[str, Any] = {
-    "peak_hold_s": 1200.0,
-    "up_utilization": 0.3,
-    "down_utilization": 0.2,
-}
+# For the bursty trace (hundreds of requests within seconds, minutes apart): 15 min of
+# surge reserve sized at 0.6 utilisation, never below the need of the last 15 min, and
+# prefill utilisation under 0.35 going up, 0.25 going down.
+SIM_BURSTY: dict[str, Any] = {
+    "peak_hold_s": 900.0, "surge_hold_s": 900.0, "surge_utilization": 0.6,
+    "up_utilization": 0.35, "down_utilization": 0.25,
+}  # fmt: skip
 # Live (real time, simulated replicas boot in ~2-3 s): same ideas on a 90-s scale.
 LIVE_TUNED: dict[str, Any] = {
     "peak_hold_s": 30.0, "boot_s": 3.0, "growth_tau_s": 3.0,
     "up_utilization": 0.5, "down_utilization": 0.3,
+    "surge_hold_s": 30.0, "surge_tau_s": 0.5, "surge_utilization": 1.0,
 }  # fmt: skip
 SIM_FLOOR = {"azure-hour": 8, "step": 5}  # min_replicas tried for every policy
 SIM_STEP = StepLoad(rate=2.0, factor=4.0, phases=(300.0, 600.0, 900.0))
@@ -84,17 +88,17 @@ def sim_variants(floor: int) -> list[Variant]:
         Variant("ttft-queue", "defaults"),
         Variant("ttft-queue", "tuned", dict(SIM_TUNED)),
         Variant("ttft-queue", f"tuned min={floor}", {**SIM_TUNED, **f}),
-        Variant("ttft-queue", f"conservative min={floor}", {**SIM_TUNED, **SIM_CONSERVATIVE, **f}),
+        Variant("ttft-queue", f"bursty min={floor}", {**SIM_TUNED, **SIM_BURSTY, **f}),
     ]
     ray_delays = {"upscale_delay_s": 30.0, "downscale_delay_s": 600.0}  # Ray Serve's defaults
-    for t in (1.0, 2.0, 4.0):
+    for t in (0.5, 1.0, 2.0, 4.0):
         ongoing = {"target_ongoing_requests": t}
         out.append(Variant("ongoing-requests", f"target={t:g}", ongoing))
         out.append(Variant("ongoing-requests", f"target={t:g} min={floor}", {**ongoing, **f}))
         out.append(
             Variant("ongoing-requests", f"target={t:g} delays 30/600 s", {**ongoing, **ray_delays})
         )
-    for u in (0.3, 0.5):
+    for u in (0.2, 0.3, 0.5):
         util = {"target_utilization": u}
         out.append(Variant("utilization", f"target={u:g}", util))
         out.append(Variant("utilization", f"target={u:g} min={floor}", {**util, **f}))

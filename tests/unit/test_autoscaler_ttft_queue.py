@@ -228,3 +228,35 @@ def test_boot_time_discounts_backlog_the_fleet_drains_before_new_replicas_serve(
     boot = ScalingConfig(min_replicas=1, max_replicas=16, ttft_slo_s=2.0, params={"boot_s": 30.0})
     assert POLICY.decide(snap(0.0, 4, reps), no_boot, {})[0] == 6  # ceil(8 s / 1.4 s)
     assert POLICY.decide(snap(0.0, 4, reps), boot, {})[0] == 4  # nothing left after 30 s
+
+
+def _steady(t: float, n: int, load_per_replica: float) -> MetricsSnapshot:
+    return snap(t, n, [rep(i, 0, prefill_load_tokens_per_s=load_per_replica) for i in range(n)])
+
+
+def test_surge_reserve_reacts_to_an_arrival_jump_at_once_and_holds_it() -> None:
+    params = {"surge_tau_s": 0.0, "growth_tau_s": 30.0, "surge_utilization": 1.0}
+    on = ScalingConfig(min_replicas=4, max_replicas=16, params={**params, "surge_hold_s": 100.0})
+    off = ScalingConfig(min_replicas=4, max_replicas=16, params=params)
+    calm = [_steady(float(t), 4, 250.0) for t in range(0, 10)]  # 1 replica-equivalent
+    jump = _steady(10.0, 4, 1500.0)  # 6 replica-equivalents of prefill work, suddenly
+    out, state = run([*calm, jump], on)
+    # arrival (30-s EWMA) barely moved: ~1.16 -> ceil(1.16 / 0.9 + (6 - 1.16) / 1.0) = 7
+    assert out[-1] == 7 and state["ttft.reason"].startswith("up")
+    assert run([*calm, jump], off)[0][-1] == 4  # without the reserve: ceil(1.16 / 0.9) = 2
+    after, state = run([_steady(float(t), 7, 1000.0 / 7) for t in range(11, 110, 5)], on, state)
+    # the jump is younger than surge_hold_s: its capacity stays (the sustained part, 1.16 ->
+    # 1.0 replica-equivalents, may shed one), far above the 2 that the calm load needs
+    assert after[0] == 7 and min(after) >= 6
+    later, _ = run([_steady(float(t), 7, 1000.0 / 7) for t in range(111, 200, 5)], on, state)
+    assert 4 in later and 5 not in later and 6 not in later  # released: straight to the floor
+
+
+def test_window_max_keeps_a_decreasing_queue_of_recent_values() -> None:
+    from autoscaler.ttft_signals import window_max
+
+    q: list[list[float]] = []
+    for t, v in ((0.0, 5.0), (1.0, 3.0), (2.0, 4.0), (3.0, 1.0)):
+        q = window_max(q, t, v, hold_s=10.0)
+    assert q == [[0.0, 5.0], [2.0, 4.0], [3.0, 1.0]]
+    assert window_max(q, 10.5, 0.5, hold_s=10.0) == [[2.0, 4.0], [3.0, 1.0], [10.5, 0.5]]
