@@ -192,20 +192,26 @@ def effective_router_config(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge_scenarios(
-    old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]
+    old: Sequence[Mapping[str, Any]],
+    new: Sequence[Mapping[str, Any]],
+    modes: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Replace scenarios by name, keep the others, order: sim first, then live."""
-    merged = {s["scenario"]: dict(s) for s in old}
+    """A mode's new scenarios replace all of its old ones (scenario names start with the
+    mode), other modes' are kept; order: sim first, then live."""
+    stale = tuple(f"{m}-" for m in modes)
+    merged = {
+        s["scenario"]: dict(s) for s in old if not (stale and s["scenario"].startswith(stale))
+    }
     merged.update({s["scenario"]: dict(s) for s in new})
     return sorted(
         merged.values(), key=lambda s: (not s["scenario"].startswith("sim"), s["scenario"])
     )
 
 
-def write_outputs(out: Path, new: Sequence[Mapping[str, Any]]) -> str:
+def write_outputs(out: Path, new: Sequence[Mapping[str, Any]], modes: Sequence[str] = ()) -> str:
     path = out / SUMMARY
     old = json.loads(path.read_text())["scenarios"] if path.exists() else []
-    scenarios = merge_scenarios(old, new)
+    scenarios = merge_scenarios(old, new, modes)
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(
         json.dumps({"scenarios": scenarios, "written_at": time.time()}, indent=2) + "\n"
@@ -243,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             build = live_sim_setup if mode == "live-sim" else live_vllm_setup
             setup = build(args.router_params, args.port)
             new += live_results(quick(setup) if args.quick else setup, args.out, lock)
-    print(write_outputs(args.out, new))
+    print(write_outputs(args.out, new, modes))
     print(
         f"wrote {args.out / SUMMARY}, {args.out / 'router_compare.md'}, {args.out / 'router_compare.png'}"
     )

@@ -136,6 +136,10 @@ def test_merge_scenarios_replaces_by_name_sim_first() -> None:
     merged = merge_scenarios(old, new)
     assert [s["scenario"] for s in merged] == ["sim-mooncake", "live-sim-a", "live-vllm-b"]
     assert merged[1]["v"] == 2
+    # a rerun of a mode drops that mode's scenarios it no longer produces
+    old = [*old, {"scenario": "live-sim-gone", "v": 1}, {"scenario": "live-vllm-b", "v": 1}]
+    merged = merge_scenarios(old, [{"scenario": "live-sim-a", "v": 3}], modes=("live-sim",))
+    assert [s["scenario"] for s in merged] == ["sim-mooncake", "live-sim-a", "live-vllm-b"]
 
 
 def test_write_outputs_keeps_other_modes(tmp_path: Path) -> None:
