@@ -1,7 +1,7 @@
 """``make bench-autoscale``: TTFT-queue autoscaling vs Ray's default (ongoing requests) and a
 utilization (HPA-style) rule, side by side, in virtual time and live.
 
-  python -m bench.autoscale_compare --mode sim|live|all --out results/autoscale
+  python -m bench.autoscale_compare --mode sim|livesim|live|all --out results/autoscale
 
 - sim: ``replicas.sim`` virtual time, Llama-3-70B on 4×A100 per replica (30 s startup),
   1..64 replicas, least-loaded routing, metrics averaged over 5 s (Ray's look-back);
@@ -15,7 +15,11 @@ utilization (HPA-style) rule, side by side, in virtual time and live.
 - live: Ray Serve + simulated SmolLM2-on-CPU replicas in real time, 1..6 replicas, Serve
   metrics every 0.5 s averaged over 2 s; workloads: a step (1.5 → 6 → 1.5 req/s for
   20/30/40 s, trace lengths ×0.1) and Azure trace seconds 1050-1200 (time ×0.5, lengths
-  ×0.05, 75 s). Hold ``flock /tmp/llmfleet-live.lock`` around it.
+  ×0.05, 75 s). Hold ``flock /tmp/llmfleet-live.lock`` around it. Baselines: their earlier
+  setting and the cheapest on the step in livesim (shorter Ray delays).
+- livesim: the live workloads and variants in virtual time (``autoscale_sim.LIVE_MODEL``:
+  the same engine profile, ~3-s boot, 2-s look-back, a 25-s tail), plus fixed fleets of 1
+  and 2; seconds instead of minutes, so live tuning happens here.
 Each run is saved under ``OUT/runs/``; tables and plots are rebuilt from every saved run
 of a mode, so live workloads can be run in separate (shorter) invocations.
 """
@@ -30,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.types import ScalingConfig
-from bench.autoscale_metrics import Sample, goal_check, markdown_table, scorecard
+from bench.autoscale_metrics import scorecard
+from bench.autoscale_report import report_mode
 from bench.autoscale_sim import PolicyRun
 from bench.autoscale_workloads import AZURE_TRACE, StepLoad
-from bench.types import RequestRecord, RequestSpec
+from bench.types import RequestSpec
 
 SLO_S = 2.0
 # TTFT-queue knobs tuned on the sim workloads (library defaults in TTFTQueueParams): count
@@ -53,11 +58,15 @@ SIM_BURSTY: dict[str, Any] = {
     "peak_hold_s": 900.0, "surge_hold_s": 900.0, "surge_utilization": 0.6,
     "up_utilization": 0.35, "down_utilization": 0.25,
 }  # fmt: skip
-# Live (real time, simulated replicas boot in ~2-3 s): same ideas on a 90-s scale.
+# Live (real time, simulated replicas boot in ~3 s), tuned on bench.autoscale_sim.LIVE_MODEL
+# (``--mode livesim``): at ×0.1 lengths one replica nearly carries the step (6 req/s) and
+# two carry the whole Azure window, so no surge reserve or peak hold (both kept 3-6
+# replicas for ~60 s after every burst); prefill utilisation under 0.7 going up (0.5 made
+# ~1.1 replicas of arrivals read as 3) and 0.4 going down (at 0.3 the 1.5-req/s phase sits
+# on the threshold, and with a decision every 0.1 s one noisy reading restarts the 20-s
+# stability timer: the live step held 2 replicas for 60 s after the load fell).
 LIVE_TUNED: dict[str, Any] = {
-    "peak_hold_s": 30.0, "boot_s": 3.0, "growth_tau_s": 3.0,
-    "up_utilization": 0.5, "down_utilization": 0.3,
-    "surge_hold_s": 30.0, "surge_tau_s": 0.5, "surge_utilization": 1.0,
+    "boot_s": 3.0, "growth_tau_s": 3.0, "up_utilization": 0.7, "down_utilization": 0.4,
 }  # fmt: skip
 SIM_FLOOR = {"azure-hour": 8, "step": 5}  # min_replicas tried for every policy
 SIM_STEP = StepLoad(rate=2.0, factor=4.0, phases=(300.0, 600.0, 900.0))
@@ -110,11 +119,21 @@ def sim_variants(floor: int) -> list[Variant]:
 
 
 def live_variants() -> list[Variant]:
+    """Each baseline: its earlier setting plus the cheapest one on the step in LIVE_MODEL."""
+    fast = {"target_ongoing_requests": 2.0, "upscale_delay_s": 2.0, "downscale_delay_s": 10.0}
+    quick = {"target_utilization": 0.5, "downscale_delay_s": 5.0}
     return [
         Variant("ttft-queue", "tuned", dict(LIVE_TUNED)),
         Variant("ongoing-requests", "target=2, delays 5/30 s", {"target_ongoing_requests": 2.0}),
+        Variant("ongoing-requests", "target=2, delays 2/10 s", fast),
         Variant("utilization", "target=0.5", {"target_utilization": 0.5}),
+        Variant("utilization", "target=0.5, down delay 5 s", quick),
     ]
+
+
+def livesim_variants() -> list[Variant]:
+    static = [Variant("static", f"{n} replicas", {"min_replicas": n}) for n in (1, 2)]
+    return [*live_variants(), *static]
 
 
 # ---- workloads -------------------------------------------------------------------------
@@ -127,6 +146,7 @@ def workload(mode: str, name: str) -> tuple[list[RequestSpec], StepLoad | None]:
         return build_requests(path), None
     if mode == "sim" and name == "step":
         return step_specs(SIM_STEP, trace_lengths()), SIM_STEP
+    mode = "live" if mode == "livesim" else mode  # the live workloads in LIVE_MODEL
     if mode == "live" and name == "azure":
         a, b, time_scale, length_scale = LIVE_AZURE_WINDOW
         return trace_window(build_requests(path, length_scale=length_scale), a, b, time_scale), None
@@ -135,7 +155,7 @@ def workload(mode: str, name: str) -> tuple[list[RequestSpec], StepLoad | None]:
     raise ValueError(f"unknown {mode} workload {name!r}")
 
 
-WORKLOADS = {"sim": ("azure-hour", "step"), "live": ("step", "azure")}
+WORKLOADS = {"sim": ("azure-hour", "step"), "live": ("step", "azure"), "livesim": ("step", "azure")}
 
 
 # ---- saving and loading runs -------------------------------------------------------------
@@ -160,10 +180,6 @@ def save_run(path: Path, meta: dict[str, Any], run: PolicyRun, step: StepLoad | 
     return data
 
 
-def load_runs(out: Path, mode: str) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((out / "runs").glob(f"{mode}-*.json"))]
-
-
 # ---- running -----------------------------------------------------------------------------
 def selected(v: Variant, only: str | None) -> bool:
     """``only``: comma list of substrings of ``"policy tuning"`` (None = every variant)."""
@@ -172,34 +188,38 @@ def selected(v: Variant, only: str | None) -> bool:
 
 
 def run_sim_mode(
-    out: Path, names: list[str], resume: bool = False, only: str | None = None
+    out: Path, names: list[str], resume: bool = False, only: str | None = None, mode: str = "sim"
 ) -> None:
-    from bench.autoscale_sim import SimSetup, run_sim
+    """``sim``: the 70B/A100 setup; ``livesim``: the live workloads in ``LIVE_MODEL``."""
+    from bench.autoscale_sim import LIVE_MODEL, SimSetup, run_sim
 
+    base, tail = (LIVE_MODEL, 25.0) if mode == "livesim" else (SimSetup(), 0.0)
     for name in names:
-        specs, step = workload("sim", name)
-        for v in sim_variants(SIM_FLOOR[name]):
-            if not selected(v, only) or (resume and run_path(out, "sim", name, v).exists()):
+        specs, step = workload(mode, name)
+        variants = livesim_variants() if mode == "livesim" else sim_variants(SIM_FLOOR[name])
+        for v in variants:
+            if not selected(v, only) or (resume and run_path(out, mode, name, v).exists()):
                 continue
-            scaling = v.scaling(1, SimSetup().max_replicas)
+            scaling = v.scaling(1, base.max_replicas)
             if v.policy == "static":  # a fixed fleet: the "none" policy held at min = max
                 scaling = replace(scaling, max_replicas=scaling.min_replicas)
-            setup = SimSetup(min_replicas=scaling.min_replicas, max_replicas=scaling.max_replicas)
+            setup = replace(base, min_replicas=scaling.min_replicas,
+                            max_replicas=scaling.max_replicas)  # fmt: skip
             policy = "none" if v.policy == "static" else v.policy
-            run = run_sim(specs, policy, scaling, setup)
-            meta = {"mode": "sim", "workload": name, "policy": v.policy, "tuning": v.tuning,
+            run = run_sim(specs, policy, scaling, setup, tail_s=tail)
+            meta = {"mode": mode, "workload": name, "policy": v.policy, "tuning": v.tuning,
                     "overrides": v.overrides}  # fmt: skip
-            row = save_run(run_path(out, "sim", name, v), meta, run, step)["row"]
-            print(f"sim {name} {v.policy} {v.tuning}: {_brief(row)}", flush=True)
+            row = save_run(run_path(out, mode, name, v), meta, run, step)["row"]
+            print(f"{mode} {name} {v.policy} {v.tuning}: {_brief(row)}", flush=True)
 
 
-def run_live_mode(out: Path, names: list[str]) -> None:
+def run_live_mode(out: Path, names: list[str], only: str | None = None) -> None:
     from bench.autoscale_live import live_session
 
     with live_session() as run_one:
         for name in names:
             specs, step = workload("live", name)
-            for v in live_variants():
+            for v in (v for v in live_variants() if selected(v, only)):
                 run = run_one(specs, v, tail_s=25.0)
                 meta = {"mode": "live", "workload": name, "policy": v.policy, "tuning": v.tuning,
                         "overrides": v.overrides}  # fmt: skip
@@ -214,90 +234,18 @@ def _brief(row: dict[str, Any]) -> str:
             f"{row['reversals']} reversals")  # fmt: skip
 
 
-# ---- report ------------------------------------------------------------------------------
-def _to_run(data: dict[str, Any]) -> tuple[list[Sample], list[RequestRecord]]:
-    samples = [Sample(t, int(n), q) for t, n, q in data["samples"]]
-    records = [
-        RequestRecord(i, s, s, ttft_s=f, error=e) for i, (s, f, e) in enumerate(data["requests"])
-    ]
-    return samples, records
-
-
-def pick_best(runs: list[dict[str, Any]], attainment: float) -> dict[str, Any]:
-    """A baseline's best tuning: the cheapest reaching ``attainment``, else the most attaining."""
-    ok = [r for r in runs if (r["row"]["attainment"] or 0.0) >= attainment - 1e-12]
-    if ok:
-        return min(ok, key=lambda r: r["row"]["replica_s"])
-    return max(runs, key=lambda r: (r["row"]["attainment"] or 0.0, -r["row"]["replica_s"]))
-
-
-BASELINES = ("ongoing-requests", "utilization")
-
-
-def _rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**r["row"], "workload": r["workload"], "policy": r["policy"], "tuning": r["tuning"]}
-            for r in runs]  # fmt: skip
-
-
-def report_workload(
-    out: Path, mode: str, name: str, mine: list[dict[str, Any]]
-) -> tuple[str, dict]:
-    from bench.autoscale_plot import plot_runs
-
-    ours_runs = [r for r in mine if r["policy"] == "ttft-queue" and r["tuning"] != "defaults"]
-    base_rows = [x for x in _rows(mine) if x["policy"] in BASELINES]
-    goals = {r["tuning"]: goal_check(_rows([r])[0], base_rows) for r in ours_runs}
-    lead = max(ours_runs, key=lambda r: r["row"]["attainment"] or 0.0)
-    target = min(lead["row"]["attainment"] or 0.0, 0.99)
-    shown = {f"ttft-queue ({r['tuning']})": r for r in ours_runs}
-    for pol in sorted({r["policy"] for r in mine} - {"ttft-queue"}):
-        best = pick_best([r for r in mine if r["policy"] == pol], target)
-        shown[f"{pol} ({best['tuning']})"] = best
-    plot_runs(
-        {label: _to_run(r) for label, r in shown.items()},
-        title=f"{mode}: {name} (TTFT SLO {SLO_S:g} s)", slo_s=SLO_S, out=out / f"{mode}-{name}.png",
-        bucket_s=60.0 if mode == "sim" else 5.0, marks=lead.get("marks", []),
-    )  # fmt: skip
-    lines = "\n".join(f"- ttft-queue {k}: {_goals_line(g)}" for k, g in goals.items())
-    text = f"### {mode}: {name}\n\n{markdown_table(_rows(mine))}\n\nGoals:\n{lines}\n"
-    return text, {"rows": _rows(mine), "goals": goals}
-
-
-def report_mode(out: Path, mode: str) -> str:
-    runs = load_runs(out, mode)
-    parts, summary = [], {}
-    for name in WORKLOADS[mode]:
-        mine = sorted((r for r in runs if r["workload"] == name), key=lambda r: r["policy"])
-        if any(r["policy"] == "ttft-queue" and r["tuning"] != "defaults" for r in mine):
-            text, summary[name] = report_workload(out, mode, name, mine)
-            parts.append(text)
-    (out / f"{mode}-summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    table = "\n".join(parts)
-    (out / f"{mode}-table.md").write_text(table)
-    return table
-
-
-def _goals_line(g: dict[str, Any]) -> str:
-    ratio = "n/a" if g["cost_ratio"] is None else f"{g['cost_ratio']:.2f}x"
-    return (f"attainment >= 99 %: {'yes' if g['attainment_ok'] else 'NO'}; cost vs cheapest "
-            f"baseline reaching it ({g['reference'] or 'none reaches it'}): {ratio} "
-            f"(goal <= 0.8x: {'yes' if g['cost_ok'] else 'NO' if g['cost_ok'] is False else 'n/a'})")  # fmt: skip
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--mode", choices=("sim", "live", "all"), default="sim")
+    ap.add_argument("--mode", choices=("sim", "livesim", "live", "all"), default="sim")
     ap.add_argument("--out", default="results/autoscale")
     ap.add_argument("--workloads", default=None, help="comma list (default: all of the mode)")
     ap.add_argument(
         "--report-only", action="store_true", help="rebuild tables/plots from saved runs"
     )
     ap.add_argument("--resume", action="store_true", help="sim: skip variants already saved")
-    ap.add_argument(
-        "--only", default=None, help="sim: comma list of substrings of 'policy tuning' to run"
-    )
+    ap.add_argument("--only", default=None, help="comma list of substrings of 'policy tuning'")
     args = ap.parse_args(argv)
     out = Path(args.out)
     modes = ("sim", "live") if args.mode == "all" else (args.mode,)
@@ -307,11 +255,11 @@ def main(argv: list[str] | None = None) -> int:
         if bad:
             ap.error(f"unknown {mode} workloads {sorted(bad)}; known: {WORKLOADS[mode]}")
         if not args.report_only:
-            if mode == "sim":
-                run_sim_mode(out, names, args.resume, args.only)
+            if mode == "live":
+                run_live_mode(out, names, args.only)
             else:
-                run_live_mode(out, names)
-        print(report_mode(out, mode))
+                run_sim_mode(out, names, args.resume, args.only, mode)
+        print(report_mode(out, mode, WORKLOADS[mode], SLO_S))
     return 0
 
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, State
-from bench.autoscale_compare import Variant, pick_best
+from bench.autoscale_compare import Variant
 from bench.autoscale_metrics import (
     Sample,
     goal_check,
@@ -19,6 +19,7 @@ from bench.autoscale_metrics import (
     scorecard,
 )
 from bench.autoscale_plot import ttft_buckets
+from bench.autoscale_report import pick_best
 from bench.autoscale_workloads import LookBackRecorder, StepLoad, step_arrivals, step_specs
 from bench.types import RequestRecord
 
@@ -150,3 +151,13 @@ def test_trace_window_rebases_and_compresses() -> None:
     specs = [RequestSpec(i, (1,), 1, arrival_s=float(t)) for i, t in enumerate([5, 10, 12, 20])]
     out = trace_window(specs, 10.0, 20.0, time_scale=0.5)
     assert [(s.index, s.arrival_s) for s in out] == [(0, 0.0), (1, 1.0)]
+
+
+def test_live_model_run_keeps_the_clock_going_for_the_tail_without_counting_the_probe() -> None:
+    from bench.autoscale_sim import LIVE_MODEL, run_sim
+
+    specs = step_specs(StepLoad(1.0, phases=(5.0, 5.0, 5.0)), [(200, 10)], seed=3)
+    last = max(float(s.arrival_s or 0.0) for s in specs)
+    run = run_sim(specs, "ttft-queue", ScalingConfig(1, 6), LIVE_MODEL, tail_s=20.0)
+    assert len(run.records) == len(specs) and run.summary["requests"]["total"] == len(specs)
+    assert run.end_s >= last + 20.0 and run.samples[-1].t >= last + 19.0
