@@ -50,6 +50,7 @@ from router.views import replica_view_from_stats
 log = logging.getLogger(__name__)
 ROUTER_DECISIONS = "llmfleet_router_decisions"
 ROUTER_KV_EVENTS = "llmfleet_router_kv_events"
+PENDING_TTL_S = 30.0
 
 
 def request_view_of(pending_request: PendingRequest | None) -> RequestView | None:
@@ -105,7 +106,13 @@ class LLMFleetRequestRouter(RequestRouter):
         self.single_caller = single_caller
         self.outstanding = OutstandingPrefill()
         self.rates: dict[str, float] = {}  # replica -> last reported prefill tokens/s
-        self.matched: dict[str, tuple[str, int]] = {}  # request id -> (chosen replica, blocks)
+        # request id -> (chosen replica, matched blocks, decided at): decided, not yet routed.
+        # Ray awaits the replica's acceptance between choose_replicas and on_request_routed,
+        # so a burst of concurrent requests would all see the same in-flight counts; these
+        # pending decisions count as in flight on their chosen replica until routed (or
+        # PENDING_TTL_S, for requests that never get routed).
+        self.matched: dict[str, tuple[str, int, float]] = {}
+        self.pending: collections.Counter[str] = collections.Counter()
         self.kv_template = kv_events_endpoint_template if policy == "prefix-precise" else None
         self.subscribers: dict[str, KVEventSubscriber] = {}
         self.known: set[str] = set()
@@ -140,7 +147,7 @@ class LLMFleetRequestRouter(RequestRouter):
         view = replica_view_from_stats(
             rid,
             stats,
-            ongoing=max(self.inflight[rid], cached),
+            ongoing=max(self.inflight[rid], cached) + self.pending[rid],
             max_ongoing=replica.max_ongoing_requests,
             default_block_size=self.block_size,
         )
@@ -179,10 +186,30 @@ class LLMFleetRequestRouter(RequestRouter):
             return [list(candidate_replicas)]
         self._count(decision.reason)
         if request is not None:
-            if len(self.matched) > 100_000:  # requests that never got routed
-                self.matched.clear()
-            self.matched[request.request_id] = (decision.replica_id, decision.matched_blocks)
+            self._expire_pending(time.monotonic())
+            self._unpend(request.request_id)  # Ray may ask again for the same request
+            now = time.monotonic()
+            self.matched[request.request_id] = (decision.replica_id, decision.matched_blocks, now)
+            self.pending[decision.replica_id] += 1
         return rank_tiers(decision, candidate_replicas)
+
+    def _unpend(self, request_id: str) -> tuple[str, int] | None:
+        entry = self.matched.pop(request_id, None)
+        if entry is None:
+            return None
+        rid, blocks, _ = entry
+        if self.pending[rid] > 1:
+            self.pending[rid] -= 1
+        else:
+            self.pending.pop(rid, None)
+        return rid, blocks
+
+    def _expire_pending(self, now: float) -> None:
+        while self.matched:  # insertion order = decision order
+            request_id, (_, _, at) = next(iter(self.matched.items()))
+            if now - at <= PENDING_TTL_S:
+                break
+            self._unpend(request_id)
 
     # ---- lifecycle hooks ------------------------------------------------------------
     def _observe(self, event: RouterEvent) -> None:
@@ -205,7 +232,7 @@ class LLMFleetRequestRouter(RequestRouter):
         internal_id = pending_request.metadata.internal_request_id
         self.routed[internal_id] = (request.request_id if request else internal_id, rid)
         if request is not None:
-            chosen, blocks = self.matched.pop(request.request_id, (rid, 0))
+            chosen, blocks = self._unpend(request.request_id) or (rid, 0)
             cached = blocks * self.block_size if chosen == rid else 0
             self.outstanding.add(rid, request.prompt_tokens - cached, self.rates.get(rid, 0.0))
             self._observe(Routed(request, rid, time.monotonic()))

@@ -4,13 +4,20 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import time
 from types import SimpleNamespace
 from typing import Any
 
 from ray.serve._private.common import DeploymentHandleSource, DeploymentID, ReplicaID
 
 from replicas.engine import EngineStats
-from router.serve_router import LLMFleetRequestRouter, rank_tiers, request_view_of
+from router.serve_router import (
+    PENDING_TTL_S,
+    LLMFleetRequestRouter,
+    rank_tiers,
+    request_view_of,
+)
 from router.types import RoutingDecision
 from router.views import make_request_view, replica_view_from_stats
 
@@ -83,11 +90,15 @@ async def test_choose_observe_complete_cycle_learns_affinity() -> None:
     tiers = await router.choose_replicas(reps, _pending(first, "i1"))
     chosen = tiers[0][0]
     assert len(tiers) == 2 and len(tiers[1]) == 3
+    assert router.replica_view(chosen).ongoing == 1  # decided, not yet routed: pending
     router.on_request_routed(_pending(first, "i1"), chosen.replica_id, None)
-    assert router.replica_view(chosen).ongoing == 1
-    again = await router.choose_replicas(reps, _pending(make_request_view("r2", SYSTEM), "i2"))
-    assert again[0][0] is chosen
+    assert router.replica_view(chosen).ongoing == 1 and not router.pending
+    second = make_request_view("r2", SYSTEM)
+    again = await router.choose_replicas(reps, _pending(second, "i2"))
+    assert again[0][0] is chosen and router.replica_view(chosen).ongoing == 2
+    router.on_request_routed(_pending(second, "i2"), chosen.replica_id, None)
     router.on_request_completed(chosen.replica_id, "i1")
+    router.on_request_completed(chosen.replica_id, "i2")
     assert router.replica_view(chosen).ongoing == 0
     assert router.decision_counts == {"fallback": 1, "affinity": 1}
 
@@ -168,3 +179,26 @@ async def test_precise_router_subscribes_counts_and_learns_kv_events(tmp_path: A
     assert router.kv_event_counts["stored"] >= 1
     view = make_request_view("r1", TOKENS)  # the tokens of the captured BlockStored
     assert router.policy.matches(view, [router.replica_view(r) for r in reps])["a"] == 4  # type: ignore[attr-defined]
+
+
+async def test_burst_of_concurrent_decisions_counts_pending_and_respects_the_bound() -> None:
+    # 32 requests with one prefix decided before Ray reports any of them routed
+    router = _router(policy="prefix", seed=1)
+    reps = [FakeReplica(u, EngineStats(kv_capacity_tokens=16_000).as_dict()) for u in "abcd"]
+    router.update_replicas(reps)
+    chosen = []
+    for i in range(32):
+        view = make_request_view(f"r{i}", SYSTEM + [i])
+        tiers = await router.choose_replicas(reps, _pending(view, f"i{i}"))
+        chosen.append(tiers[0][0].replica_id.unique_id)
+        if i == 0:  # the first one is routed, so the index learns the prefix's owner
+            router.on_request_routed(_pending(view, "i0"), tiers[0][0].replica_id, None)
+    counts = collections.Counter(chosen)
+    assert len(counts) >= 3 and max(counts.values()) <= 16, counts  # 2x fair share at most
+    assert sum(router.pending.values()) == 31
+    # a decision asked again for the same request does not count twice; stale ones expire
+    view = make_request_view("r5", SYSTEM + [5])
+    await router.choose_replicas(reps, _pending(view, "i5"))
+    assert sum(router.pending.values()) == 31
+    router._expire_pending(time.monotonic() + PENDING_TTL_S + 1)
+    assert not router.pending and not router.matched
