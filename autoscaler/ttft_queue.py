@@ -112,7 +112,8 @@ class TTFTQueuePolicy:
         new = track_settling(snapshot, p, load, track_growth(snapshot, p, load, new))
         new = track_surge(snapshot.now, p, new)
         current = snapshot.current_replicas
-        need, why = _need(snapshot, config, p, load, new, budget)
+        d = _Inputs(snapshot, config, p, load, budget)
+        need, why = _need(d, new)
         new = track_peak(snapshot.now, need, p.peak_hold_s, new)
         if current < config.min_replicas or current > config.max_replicas:
             return _move(max(need, clamp(current, config)), snapshot, new, "bounds")
@@ -123,19 +124,24 @@ class TTFTQueuePolicy:
                 if snapshot.now - last_down < config.upscale_cooldown_s:
                     return current, {**new, K + "reason": f"hold: up-cooldown (need {need})"}
             return _move(need, snapshot, new, why)
-        target = _down_target(snapshot, config, p, load, new, budget, max(need, held_peak(new)))
+        target = _down_target(d, new, held=max(need, held_peak(new)))
         return _maybe_down(target, snapshot, config, new)
 
 
-def _need(
-    snapshot: MetricsSnapshot,
-    config: ScalingConfig,
-    p: TTFTQueueParams,
-    load: Load,
-    state: State,
-    budget: float,
-) -> tuple[int, str]:
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """One decision's fixed inputs (the state is passed alongside: it changes in between)."""
+
+    snapshot: MetricsSnapshot
+    config: ScalingConfig
+    p: TTFTQueueParams
+    load: Load
+    budget: float  # headroom x SLO, seconds
+
+
+def _need(d: _Inputs, state: State) -> tuple[int, str]:
     """Replicas needed: max of the backlog, the arrival-rate and the surge-reserve terms."""
+    snapshot, config, p, load, budget = d.snapshot, d.config, d.p, d.load, d.budget
     arrival = float(state[K + "arrival"])
     need_rate = math.ceil(arrival / p.up_utilization - 1e-9) + load.blocked
     late = max(0.0, load.work_s - load.reporting * p.boot_s)  # still queued when new ones serve
@@ -167,16 +173,9 @@ def _fits(
     )
 
 
-def _down_target(
-    snapshot: MetricsSnapshot,
-    config: ScalingConfig,
-    p: TTFTQueueParams,
-    load: Load,
-    state: State,
-    budget: float,
-    held: int = 0,
-) -> int:
+def _down_target(d: _Inputs, state: State, held: int = 0) -> int:
     """The smallest fleet (not below ``held``) that still meets the SLO with headroom."""
+    snapshot, config, p, load, budget = d.snapshot, d.config, d.p, d.load, d.budget
     current = snapshot.current_replicas
     if load.worst_p95_s > config.ttft_slo_s:
         return current

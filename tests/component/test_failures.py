@@ -31,6 +31,11 @@ def _idle() -> bool:
     return all(s["running"] == 0 and s["waiting"] == 0 for s in replica_stats())
 
 
+def _complete(max_tokens: int) -> httpx.Response:
+    body = {"model": MODEL, "prompt": "hello", "max_tokens": max_tokens, "ignore_eos": True}
+    return httpx.post(f"{TEST_URL}/v1/completions", timeout=30, json=body)
+
+
 def test_stream_failure_ends_stream_with_error_and_frees_slot(failing_app: None) -> None:
     body = {"model": MODEL, "prompt": "hello", "max_tokens": 50, "stream": True, "ignore_eos": True}
     with httpx.stream("POST", f"{TEST_URL}/v1/completions", json=body, timeout=30) as r:
@@ -42,20 +47,12 @@ def test_stream_failure_ends_stream_with_error_and_frees_slot(failing_app: None)
 
 
 def test_non_stream_failure_is_a_clean_500(failing_app: None) -> None:
-    r = httpx.post(
-        f"{TEST_URL}/v1/completions",
-        timeout=30,
-        json={"model": MODEL, "prompt": "hello", "max_tokens": 50, "ignore_eos": True},
-    )
+    r = _complete(max_tokens=50)  # past the engine's injected failure
     assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
     assert "Traceback" not in r.text
     assert _idle()
 
 
 def test_short_requests_still_succeed(failing_app: None) -> None:
-    r = httpx.post(
-        f"{TEST_URL}/v1/completions",
-        timeout=30,
-        json={"model": MODEL, "prompt": "hello", "max_tokens": 4, "ignore_eos": True},
-    )
+    r = _complete(max_tokens=4)  # ends before it
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
