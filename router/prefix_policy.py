@@ -99,13 +99,20 @@ class PrefixAwarePolicy:
         bounded = self.bounded(healthy)
         fill = self.cache_fill(healthy) if self.config.weights.spread else {}
         rate = fleet_rate(healthy)
-        ctx = ScoringContext(request, matches, self.block_size, self.config, rate, fill)
+        best = max(matches.values(), default=0)
+        share = self.relative_share(healthy) if best == 0 and self.config.weights.share else {}
+        ctx = ScoringContext(request, matches, self.block_size, self.config, rate, fill, share)
         scores = weighted_scores(ctx, bounded)
         chosen = pick_best(scores, self.rng)
-        best = max(matches.values(), default=0)
         got = matches.get(chosen, 0)
         reason = "fallback" if best == 0 else ("affinity" if got == best else "balance")
         return RoutingDecision(chosen, reason, scores, got)
+
+    def relative_share(self, replicas: Sequence[ReplicaView]) -> dict[str, float]:
+        """Each replica's share of recently routed work relative to an equal share."""
+        n = len(replicas)
+        shares = self.load_share.shares([r.replica_id for r in replicas])
+        return {rid: s * n for rid, s in shares.items()}
 
     def bounded(self, healthy: list[ReplicaView]) -> list[ReplicaView]:
         """Bounded load, two ways. Burst guard: no replica with ``min_load_cap`` or more in

@@ -34,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--min-replicas", type=int, default=None)
     a("--max-replicas", type=int, default=None)
     a("--startup-s", type=float, default=30.0, help="virtual seconds until a new replica is ready")
+    a(
+        "--kv-event-delay-ms",
+        type=float,
+        default=0.0,
+        help="prefix-precise: delay from the engine to the router of each KV event",
+    )
     a("--slo", default=None, help="e.g. ttft_ms=2000,tpot_ms=100")
     a("--batching", choices=BATCHING_MODES, default="continuous")
     a("--batch-size", type=int, default=0, help="static/dynamic batch size (0 = max_num_seqs)")
@@ -88,7 +94,7 @@ def build_sim(args: argparse.Namespace, slo: dict[str, float]) -> Any:
     cfg = ClusterConfig(
         replicas=start, core=_core_config(args), model_name=args.model,
         min_replicas=lo, max_replicas=hi, startup_s=args.startup_s,
-        kv_events=args.router == "prefix-precise",
+        kv_events=args.router == "prefix-precise", kv_event_delay_s=args.kv_event_delay_ms / 1000,
     )  # fmt: skip
     scaler = scaling = None
     if args.autoscale:

@@ -29,7 +29,7 @@ from replicas.sim.request import SimRequest
 from router.hashing import block_hashes
 from router.types import Completed, NoReplicaAvailable, RequestView, Routed, RoutingPolicy
 
-STEP, TICK, READY, ARRIVE, DRAIN = 0, 1, 2, 3, 4
+STEP, TICK, READY, ARRIVE, DRAIN, KV_EVENT = 0, 1, 2, 3, 4, 5
 STUCK_AFTER_S = 3600.0  # virtual seconds without progress before giving up
 
 
@@ -43,6 +43,7 @@ class ClusterConfig:
     startup_s: float = 30.0  # virtual seconds from scale-up to a ready replica
     tick_s: float = 1.0  # metrics sampling / autoscaling period
     kv_events: bool = False  # feed KVBlocksStored/Removed to the policy
+    kv_event_delay_s: float = 0.0  # engine -> router transport delay of those events
 
 
 @dataclass(slots=True)
@@ -153,6 +154,9 @@ class ClusterSim:
             self._drain_ingress()
         elif kind == DRAIN:
             self._drain_ingress()
+        elif kind == KV_EVENT and self.policy is not None:
+            cls, rid, hashes = obj
+            self.policy.observe(cls(rid, hashes, self.now))
 
     def _arrive(self, spec: RequestSpec, intended: float) -> None:
         self.records[spec.index] = RequestRecord(spec.index, intended, self.now)
@@ -266,9 +270,15 @@ class ClusterSim:
             return None
         from router.types import KVBlocksRemoved, KVBlocksStored
 
+        delay = self.config.kv_event_delay_s
+
         def emit(kind: str, hashes: tuple[int, ...]) -> None:
             cls = KVBlocksStored if kind == "stored" else KVBlocksRemoved
-            if self.policy is not None:
+            if self.policy is None:
+                return
+            if delay > 0:  # delivered later, stamped with the delivery time like a subscriber
+                self._push(self.now + delay, KV_EVENT, (cls, rid, hashes))
+            else:
                 self.policy.observe(cls(rid, hashes, self.now))
 
         return emit

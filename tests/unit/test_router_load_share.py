@@ -53,3 +53,21 @@ def test_policy_filters_a_replica_that_keeps_taking_more_than_its_share() -> Non
     assert {r.replica_id for r in p.bounded(views)} == {"a", "b"}
     p.observe(ReplicaGone("a", 41.0))
     assert p.load_share.shares(["a", "b"])["a"] == 0.0
+
+
+def test_cold_requests_go_where_the_least_work_went_warm_ones_keep_affinity() -> None:
+    p = PrefixAwarePolicy(config=RouterConfig.from_dict({"weights": {"spread": 0.0}}))
+    views = [ReplicaView("a"), ReplicaView("b"), ReplicaView("c")]
+    for k in range(30):  # recent work: a 60 %, b 30 %, c 10 %
+        rid = "a" if k % 10 < 6 else ("b" if k % 10 < 9 else "c")
+        p.observe(Routed(RequestView(f"w{k}", "m", (), (), 9), rid, 0.0))
+    assert p.relative_share(views) == pytest.approx({"a": 1.8, "b": 0.9, "c": 0.3})
+    cold = RequestView("cold", "m", tuple(range(64)), (7, 8, 9, 10), 9)
+    assert p.choose(cold, views).replica_id == "c"
+    # a prompt "a" holds stays on "a": the share scorer only places cold requests
+    p.observe(Routed(_req(99), "a", 0.0))
+    warm = _req(100)
+    decision = p.choose(warm, views)
+    assert (decision.replica_id, decision.reason) == ("a", "affinity")
+    off = PrefixAwarePolicy(config=RouterConfig.from_dict({"weights": {"share": 0, "spread": 0}}))
+    assert off.relative_share(views) == dict.fromkeys("abc", 0.0)  # nothing routed yet

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -13,6 +14,7 @@ from router.scorers import (
     PrefixScorer,
     QueueScorer,
     ScoringContext,
+    ShareScorer,
     TTFTScorer,
     predicted_ttft_s,
     weighted_scores,
@@ -67,7 +69,7 @@ def test_ttft_prediction_counts_queue_and_uncached_tokens_over_rate() -> None:
 
 
 def test_weighted_sum_uses_config_weights() -> None:
-    weights = {"prefix": 2.0, "queue": 0.0, "kv": 1.0, "ttft": 0.0, "spread": 0.0}
+    weights = {"prefix": 2.0, "queue": 0.0, "kv": 1.0, "ttft": 0.0, "spread": 0.0, "share": 0.0}
     cfg = RouterConfig.from_dict({"weights": weights})
     ctx = _ctx(64, {"a": 2}, cfg)
     scores = weighted_scores(ctx, [ReplicaView("a", kv_usage=0.5), ReplicaView("b", ongoing=9)])
@@ -99,7 +101,17 @@ def test_fused_hot_path_equals_generic_scorer_sum() -> None:
         for i in range(20)
     ]
     ctx = _ctx(640, {f"r{i}": rng.randint(0, 40) for i in range(20)})
+    ctx = replace(ctx, relative_share={f"r{i}": rng.random() * 3 for i in range(20)})
     fused = weighted_scores(ctx, views)
     generic = weighted_scores(ctx, views, scorers=tuple(list(ALL_SCORERS)))
     assert fused.keys() == generic.keys()
     assert all(fused[k] == pytest.approx(generic[k]) for k in fused)
+
+
+def test_share_scorer_prefers_replicas_that_took_less_recent_work() -> None:
+    req = RequestView("r", "m", tuple(range(64)), (1, 2, 3, 4), 8)
+    ctx = ScoringContext(req, {}, 16, CFG, relative_share={"a": 2.5, "b": 1.0, "c": 0.0})
+    s = ShareScorer()
+    got = [s.score(ctx, ReplicaView(r)) for r in ("a", "b", "c", "d")]
+    assert got == [0.0, 0.5, 1.0, 1.0]  # 0 at twice a fair share; unknown = took nothing
+    assert s.score(_ctx(64), ReplicaView("a")) == 1.0  # no shares given (warm request): flat

@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from autoscaler.types import MetricsSnapshot, ScalingConfig
 from bench.types import RequestSpec
 from replicas.sim import cli
@@ -96,6 +98,21 @@ def test_kv_events_reach_the_policy() -> None:
     for s in specs:
         expected |= set(block_hashes(s.prompt_token_ids, 16))
     assert set(stored) == expected and len(stored) == len(expected)
+
+
+def test_kv_events_can_arrive_late() -> None:
+    specs = _shared_prefix(40)  # arrivals over 2 s; events after the last request ends are moot
+    now = _run(RoundRobin(), specs, replicas=1, kv_events=True)
+    late = _run(RoundRobin(), specs, replicas=1, kv_events=True, kv_event_delay_s=0.25)
+
+    def stored(sim: ClusterSim) -> list[tuple[float, tuple[int, ...]]]:
+        events = sim.policy.events  # type: ignore[union-attr]
+        return [(e.now, e.block_hashes) for e in events if isinstance(e, KVBlocksStored)]
+
+    a, b = stored(now), stored(late)
+    assert 0 < len(b) <= len(a)
+    assert [h for _, h in b] == [h for _, h in a[: len(b)]]  # same events, same order
+    assert [t + 0.25 for t, _ in a[: len(b)]] == pytest.approx([t for t, _ in b])  # 0.25 s late
 
 
 def test_deterministic() -> None:
