@@ -127,7 +127,7 @@ def live_vllm_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
 
 def quick(setup: LiveSetup, n: int = 24) -> LiveSetup:
     """Smoke-test size: the first ``n`` requests of each workload."""
-    workloads = tuple(replace(w, num_requests=n) for w in setup.workloads)
+    workloads = tuple(replace(w, num_requests=n, warmup_s=0.0) for w in setup.workloads)
     return replace(setup, workloads=workloads, warmup=2)
 
 
@@ -166,20 +166,49 @@ def sim_results(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     return results
 
 
-def live_results(setup: LiveSetup, out: Path, lock: str | None) -> list[dict[str, Any]]:
+def live_results(
+    setup: LiveSetup, out: Path, lock: str | None, all_policies: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """Run ``setup``; with ``all_policies`` (a rerun of a subset), the rows of the policies
+    not rerun come from the last saved summary and are named in ``rows_from_earlier_run``."""
     by_workload: dict[str, list[PolicyRow]] = run_live(setup, out, lock=lock)
+    old = _saved_scenarios(out)
     results = []
     for w in setup.workloads:
+        name = f"{setup.mode}-{w.name}"
         desc = f"{setup.num_replicas} replicas ({setup.config['engine']['type']}), {w.description}"
         info = {"fleet": setup.config, "dataset": w.dataset, "slo": setup.slo,
-                "router_params": setup.router_params,
+                "warmup_s": w.warmup_s, "router_params": setup.router_params,
                 "router_config": effective_router_config(setup.router_params)}  # fmt: skip
-        results.append(
-            scenario_result(
-                f"{setup.mode}-{w.name}", desc, info, by_workload[w.name], w.shared_prefix
-            )
-        )
+        rows, earlier = with_earlier_rows(by_workload[w.name], old.get(name), all_policies)
+        if earlier:
+            info["rows_from_earlier_run"] = earlier
+        results.append(scenario_result(name, desc, info, rows, w.shared_prefix))
     return results
+
+
+def _saved_scenarios(out: Path) -> dict[str, Mapping[str, Any]]:
+    path = out / SUMMARY
+    if not path.exists():
+        return {}
+    return {s["scenario"]: s for s in json.loads(path.read_text())["scenarios"]}
+
+
+def with_earlier_rows(
+    new: Sequence[PolicyRow], old: Mapping[str, Any] | None, all_policies: Sequence[str]
+) -> tuple[list[PolicyRow], list[str]]:
+    """``new`` rows plus the saved rows of policies in ``all_policies`` that were not rerun,
+    in ``all_policies`` order; also returns the names taken from the saved run."""
+    rerun = {r.policy: r for r in new}
+    saved = {p["policy"]: PolicyRow(**p) for p in (old or {}).get("policies", [])}
+    rows, earlier = [], []
+    for name in all_policies or list(rerun):
+        if name in rerun:
+            rows.append(rerun[name])
+        elif name in saved:
+            rows.append(saved[name])
+            earlier.append(name)
+    return rows, earlier
 
 
 def effective_router_config(params: dict[str, Any]) -> dict[str, Any]:
@@ -230,6 +259,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lock", default=LOCK_PATH, help="live-run lock file, or 'none'")
     p.add_argument("--port", type=int, default=8231, help="HTTP port of live runs (metrics +10000)")
     p.add_argument("--quick", action="store_true", help="live smoke test: 24 requests per workload")
+    p.add_argument("--live-policies", default=None,
+                   help="live: rerun only these (comma list); other rows come from OUT/summary.json")  # fmt: skip
     p.add_argument("--sim-requests", type=int, default=None, help="first N trace requests (sim)")
     p.add_argument("--sim-policies", default=",".join(SimScenario().policies))
     p.add_argument("--router-params", type=json.loads, default={},
@@ -248,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             build = live_sim_setup if mode == "live-sim" else live_vllm_setup
             setup = build(args.router_params, args.port)
-            new += live_results(quick(setup) if args.quick else setup, args.out, lock)
+            every = setup.policies
+            if args.live_policies:
+                setup = replace(setup, policies=tuple(args.live_policies.split(",")))
+            setup = quick(setup) if args.quick else setup
+            new += live_results(setup, args.out, lock, every if args.live_policies else ())
     print(write_outputs(args.out, new, modes))
     print(
         f"wrote {args.out / SUMMARY}, {args.out / 'router_compare.md'}, {args.out / 'router_compare.png'}"

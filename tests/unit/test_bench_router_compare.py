@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from bench.report import summarize
-from bench.router_compare import live_sim_setup, merge_scenarios, quick, write_outputs
+from bench.router_compare import (
+    live_sim_setup,
+    merge_scenarios,
+    quick,
+    with_earlier_rows,
+    write_outputs,
+)
 from bench.router_compare_metrics import (
     PolicyRow,
+    after_warmup,
     goals,
     hit_rate,
     imbalance,
@@ -130,6 +138,24 @@ def test_markdown_table_and_scenario_result() -> None:
     json.dumps(res)
 
 
+def test_warmup_split_and_whole_run_column() -> None:
+    records = [rec(i, "a", 1.0) for i in range(20)]  # scheduled at 0..19 s
+    steady = after_warmup(records, 10.0)
+    assert [r.index for r in steady] == list(range(10, 20))
+    assert after_warmup(records, 0.0) == records
+    ours = replace(row("prefix", 100.0), ttft_p95_whole_ms=400.0)
+    ray = replace(row("ray-prefix", 300.0), ttft_p95_whole_ms=500.0)
+    p2c = replace(row("ray-p2c", 1000.0), ttft_p95_whole_ms=2000.0)
+    text = markdown_table("t", [ours, ray, p2c], goals([ours, ray, p2c], True))
+    assert "TTFT p95 whole run (ms)" in text
+    assert "| 400 |" in text and "| 2,000 |" in text
+    assert "p95_ttft_prefix_over_ray-prefix: 0.333 (target ≤ 0.5) — met" in text  # steady rows
+    assert "whole run (cold start included): p95 prefix / ray-prefix = 0.800" in text
+    assert "whole run (cold start included): p95 prefix / ray-p2c = 0.200" in text
+    plain = markdown_table("t", [row("prefix", 1.0)], [])
+    assert "whole run" not in plain and plain.splitlines()[3].count("---") == 9
+
+
 def test_merge_scenarios_replaces_by_name_sim_first() -> None:
     old = [{"scenario": "live-sim-a", "v": 1}, {"scenario": "sim-mooncake", "v": 1}]
     new = [{"scenario": "live-sim-a", "v": 2}, {"scenario": "live-vllm-b", "v": 2}]
@@ -212,7 +238,21 @@ def test_spread_weight_sends_new_prefixes_to_the_emptiest_replica() -> None:
     policy.observe(Routed(_request("old", tuple(range(800))), "a", 0.0))  # a holds 50 blocks
     decision = policy.choose(_request("new", tuple(range(5000, 5640))), views)
     assert decision.replica_id == "b" and decision.reason == "fallback"
-    off = make_policy("prefix", block_size=16, config={"weights": {"spread": 0.0}})
+    off = make_policy("prefix", block_size=16, config={"weights": {"spread": 0.0, "share": 0.0}})
     off.observe(Routed(_request("old", tuple(range(800))), "a", 0.0))
     scores = off.choose(_request("new", tuple(range(5000, 5640))), views).scores
     assert scores["a"] == scores["b"]  # weight 0: no effect
+
+
+def test_rerun_of_one_policy_keeps_the_other_rows_from_the_saved_run() -> None:
+    saved = [row("prefix", 900.0), row("ray-p2c", 2000.0), row("ray-prefix", 1200.0)]
+    old = scenario_result("live-sim-x", "d", {}, saved, shared_prefix=True)
+    old = json.loads(json.dumps(old))  # as read back from summary.json
+    new = [row("prefix", 500.0)]
+    rows, earlier = with_earlier_rows(new, old, ("prefix", "ray-p2c", "ray-prefix"))
+    assert [(r.policy, r.ttft_p95_ms) for r in rows] == [
+        ("prefix", 500.0), ("ray-p2c", 2000.0), ("ray-prefix", 1200.0)
+    ]  # fmt: skip
+    assert earlier == ["ray-p2c", "ray-prefix"]
+    assert with_earlier_rows(new, None, ()) == (new, [])  # a full run: just its rows
+    assert with_earlier_rows(new, None, ("prefix", "ray-p2c"))[1] == []  # nothing saved
