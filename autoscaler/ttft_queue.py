@@ -8,7 +8,7 @@ not ten long ones; what a new request waits for is the prefill work ahead of it.
 Signals and their smoothing live in ``ttft_signals.py``.
 
 Rule (budget ``B = headroom * ttft_slo_s``; all work in replica-seconds)
-- Up, fast and proportional: ``need = max(need_queue, need_rate, need_reserve)`` and, if
+- Up, fast and proportional: ``need`` = the largest of the terms below and, if
   ``need > current``, jump straight to it (bounded by max), not one replica at a time.
   ``need_queue = ceil(total waiting prefill seconds / B)``: replicas that could drain the
   backlog within the budget. ``need_rate = ceil(arrival / up_utilization) + blocked``:
@@ -26,6 +26,17 @@ Rule (budget ``B = headroom * ttft_slo_s``; all work in replica-seconds)
   it is measured in prefill *work*, so 300 short prompts are not 300 long ones. The reserve
   fades once no jump of that size was seen for ``surge_hold_s``; the sustained part
   follows the load down at once.
+- Burst reserve (``burst_hold_s``, off by default), for traffic that comes in bursts of
+  seconds, minutes apart: ``need_burst = ceil(F / burst_utilization)`` with ``F`` the
+  largest ``fast`` arrival rate of the last ``burst_hold_s`` that was *transient*. A jump
+  is either a level shift (a step: the rate follows it and stays) or a burst (over in
+  seconds, likely to come back); the two look the same when they start, so every jump is
+  held at first, and a peak is released as soon as the minute-scale rate (EWMA over
+  ``level_tau_s``) reaches ``level_shift`` times it: a step then costs a reserve for a
+  minute or two and the sustained terms carry it (and follow it back down), while bursty
+  traffic keeps capacity for its largest recent burst between bursts. It is sized on the
+  peak rate itself, not its jump above the trend: a burst lands on a fleet that, between
+  bursts, sees almost no load.
 - Boot-aware backlog (``boot_s``, default 0): replicas that start after the current fleet has
   drained a burst only cost money, so the backlog term counts only the work left after
   ``boot_s`` of draining by the reporting replicas: ``ceil(max(0, W − n·boot_s) / B)``.
@@ -61,9 +72,11 @@ from autoscaler.prefill_load import prefill_loads
 from autoscaler.ttft_signals import (
     K,
     Load,
+    held_burst,
     held_peak,
     held_surge,
     measure,
+    track_bursts,
     track_growth,
     track_peak,
     track_settling,
@@ -91,6 +104,10 @@ class TTFTQueueParams:
     surge_hold_s: float = 0.0  # keep capacity for the largest recent arrival jump (0 = off)
     surge_tau_s: float = 2.0  # smoothing of the fast arrival rate the surge is measured on
     surge_utilization: float = 0.5  # prefill utilisation the surge reserve is sized at
+    burst_hold_s: float = 0.0  # keep capacity for the largest recent transient burst (0 = off)
+    burst_utilization: float = 0.4  # prefill utilisation the burst reserve is sized at
+    level_shift: float = 0.6  # a peak the minute-scale rate reaches this fraction of is a step
+    level_tau_s: float = 60.0  # smoothing of the minute-scale (level) arrival rate
 
     @classmethod
     def from_config(cls, config: ScalingConfig) -> TTFTQueueParams:
@@ -110,7 +127,7 @@ class TTFTQueuePolicy:
         loads, new = prefill_loads(snapshot, state, K + "counters", p.load_window_s)
         load = measure(snapshot, p, fallback, budget, loads)
         new = track_settling(snapshot, p, load, track_growth(snapshot, p, load, new))
-        new = track_surge(snapshot.now, p, new)
+        new = track_bursts(snapshot.now, p, track_surge(snapshot.now, p, new))
         current = snapshot.current_replicas
         d = _Inputs(snapshot, config, p, load, budget)
         need, why = _need(d, new)
@@ -140,7 +157,7 @@ class _Inputs:
 
 
 def _need(d: _Inputs, state: State) -> tuple[int, str]:
-    """Replicas needed: max of the backlog, the arrival-rate and the surge-reserve terms."""
+    """Replicas needed: max of the backlog, arrival-rate, surge- and burst-reserve terms."""
     snapshot, config, p, load, budget = d.snapshot, d.config, d.p, d.load, d.budget
     arrival = float(state[K + "arrival"])
     need_rate = math.ceil(arrival / p.up_utilization - 1e-9) + load.blocked
@@ -153,10 +170,14 @@ def _need(d: _Inputs, state: State) -> tuple[int, str]:
     if p.surge_hold_s > 0:
         reserve = arrival / p.up_utilization + surge / p.surge_utilization
         need_reserve = math.ceil(reserve - 1e-9)
-    need = floor_for_pending(clamp(max(need_queue, need_rate, need_reserve), config), snapshot)
+    burst = held_burst(state, p.level_shift) if p.burst_hold_s > 0 else 0.0
+    need_burst = math.ceil(burst / p.burst_utilization - 1e-9) if burst > 0 else 0
+    need = max(need_queue, need_rate, need_reserve, need_burst)
+    need = floor_for_pending(clamp(need, config), snapshot)
     why = (
         f"up: {load.work_s:.2f}s prefill queued (budget {budget:.2f}s), arrivals "
-        f"{arrival:.2f} replicas, surge reserve {surge:.2f} -> {need_reserve}"
+        f"{arrival:.2f} replicas, surge reserve {surge:.2f} -> {need_reserve}, "
+        f"burst {burst:.2f} -> {need_burst}"
     )
     return need, why
 

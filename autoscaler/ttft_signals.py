@@ -7,19 +7,25 @@ replica-equivalents (replica-seconds of prefill arriving per second).
   of a busy replica, replicas blocked behind more than ``blocked_factor`` budgets.
 - ``track_growth``: per decision, the instantaneous arrival rate ``a = prefill_util +
   d(backlog)/dt`` (what the incoming stream asks of the fleet, served or queued), smoothed
-  twice: ``arrival`` (EWMA over ``growth_tau_s``, the sustained rate) and ``fast`` (over
-  ``surge_tau_s``); ``growth`` is the EWMA of ``d(backlog)/dt`` alone.
+  three times: ``arrival`` (EWMA over ``growth_tau_s``, the sustained rate), ``fast`` (over
+  ``surge_tau_s``) and ``slow`` (over ``level_tau_s``, about a minute: the level a step
+  settles to, which a burst of seconds barely moves); ``growth`` is the EWMA of
+  ``d(backlog)/dt`` alone.
 - ``track_surge``: the surge reserve, a sliding-window maximum over ``surge_hold_s`` of
   ``fast - arrival`` — how far the stream recently jumped above its own trend. A burst that
   arrives faster than a replica boots cannot be caught by reacting to it; capacity for the
   largest recent jump is what catches the next one, while the sustained part of the load is
   followed up and down as it moves.
+- ``track_bursts``: the burst reserve, a sliding-window maximum over ``burst_hold_s`` of
+  ``fast`` itself, each entry with the largest ``slow`` seen since. ``held_burst`` keeps
+  only transient bursts: after a level shift (a step) ``slow`` climbs to the new level and
+  releases the entry, after a burst it stays far below it.
 - ``track_settling``: after an up-move, ``settling`` covers boot (fewer replicas report than
   ``current``, at most ``startup_grace_s``) plus ``settle_s`` after all report.
 - ``track_peak``: sliding-window maximum of a replica count over ``hold_s``.
 
 Sliding-window maxima are monotonic queues ``[[t, value], ...]`` with decreasing values
-(a few entries, cheap to carry in Serve's policy state):
+(a few entries, cheap to carry in Serve's policy state; burst entries add a third field):
 
     t:     10    40    95        value kept only while nothing newer is at least as big
     value: 9.0   6.5   2.0       front = max of the window; entries older than hold drop
@@ -79,6 +85,7 @@ def track_growth(snapshot: MetricsSnapshot, p: Any, load: Load, state: State) ->
     growth = float(state.get(K + "growth", 0.0))
     arrival = float(state.get(K + "arrival", load.prefill_util))
     fast = float(state.get(K + "fast", arrival))
+    slow = float(state.get(K + "slow", arrival))
     if prev_t is not None and prev_w is not None and snapshot.now > prev_t:
         dt = snapshot.now - float(prev_t)
         slope = (load.work_s - float(prev_w)) / dt
@@ -86,12 +93,14 @@ def track_growth(snapshot: MetricsSnapshot, p: Any, load: Load, state: State) ->
         growth += _alpha(dt, p.growth_tau_s) * (slope - growth)
         arrival += _alpha(dt, p.growth_tau_s) * (now_rate - arrival)
         fast += _alpha(dt, p.surge_tau_s) * (now_rate - fast)
+        slow += _alpha(dt, p.level_tau_s) * (now_rate - slow)
     return new | {
         K + "prev_t": snapshot.now,
         K + "prev_work_s": load.work_s,
         K + "growth": growth,
         K + "arrival": arrival,
         K + "fast": fast,
+        K + "slow": slow,
     }
 
 
@@ -107,6 +116,28 @@ def track_surge(now: float, p: Any, state: State) -> State:
         **state,
         K + "surges": window_max(state.get(K + "surges", []), now, surge, p.surge_hold_s),
     }
+
+
+def track_bursts(now: float, p: Any, state: State) -> State:
+    """Window max of ``fast`` over ``burst_hold_s``; each entry ``[t, fast, s]`` also carries
+    ``s``, the largest ``slow`` rate seen since ``t`` (see ``held_burst``)."""
+    if p.burst_hold_s <= 0:
+        return state
+    fast, slow = float(state[K + "fast"]), float(state[K + "slow"])
+    kept = [
+        [t, v, max(s, slow)]
+        for t, v, s in state.get(K + "bursts", [])
+        if now - t <= p.burst_hold_s and v > fast
+    ]
+    return {**state, K + "bursts": [*kept, [now, fast, slow]]}
+
+
+def held_burst(state: State, level_shift: float) -> float:
+    """The largest held ``fast`` peak that was a transient burst: the minute-scale rate has
+    not reached ``level_shift`` times it since. At a level shift it has (the rate followed
+    the jump and stayed), and the sustained terms carry the load instead."""
+    bursts = state.get(K + "bursts", [])
+    return max((float(v) for _, v, s in bursts if s < level_shift * v), default=0.0)
 
 
 def held_surge(state: State) -> float:

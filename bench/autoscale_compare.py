@@ -6,12 +6,13 @@ utilization (HPA-style) rule, side by side, in virtual time and live.
 - sim: ``replicas.sim`` virtual time, Llama-3-70B on 4×A100 per replica (30 s startup),
   1..64 replicas, least-loaded routing, metrics averaged over 5 s (Ray's look-back);
   workloads: the full Azure LLM code hour (8,819 requests, unscaled) and a step
-  (2 → 8 → 2 req/s for 300/600/900 s, lengths drawn from the trace). Every policy gets a
-  small knob sweep, including a ``min_replicas`` floor; the baselines' sweeps reach down to
-  aggressive targets (ongoing 0.5, utilization 0.2) so that some setting of each reaches
-  high attainment and the cost ratio compares like with like; ``static`` rows are fixed
-  fleets for reference. Goal check: against the cheapest ongoing/utilization row that reaches
-  our attainment (or 99 %).
+  (2 → 8 → 2 req/s for 300/600/900 s, lengths drawn from the trace). TTFT-queue runs its
+  defaults and one setting (``SIM_TUNED``, the same on both workloads) at floors 5 and 8;
+  each baseline gets a small knob sweep, including a ``min_replicas`` floor
+  (``SIM_FLOOR``), reaching down to aggressive targets (ongoing 0.5, utilization 0.2) so
+  that some setting of each reaches high attainment and the cost ratio compares like with
+  like; ``static`` rows are fixed fleets for reference. Goal check: against the cheapest
+  ongoing/utilization row that reaches our attainment (or 99 %).
 - live: Ray Serve + simulated SmolLM2-on-CPU replicas in real time, 1..6 replicas, Serve
   metrics every 0.5 s averaged over 2 s; workloads: a step (1.5 → 6 → 1.5 req/s for
   20/30/40 s, trace lengths ×0.1) and Azure trace seconds 1050-1200 (time ×0.5, lengths
@@ -41,23 +42,27 @@ from bench.autoscale_workloads import AZURE_TRACE, StepLoad
 from bench.types import RequestSpec
 
 SLO_S = 2.0
-# TTFT-queue knobs tuned on the sim workloads (library defaults in TTFTQueueParams): count
+# One TTFT-queue setting for both sim workloads (library defaults in TTFTQueueParams): count
 # replica boot (30 s) against the backlog (an instant burst the fleet drains before new
 # replicas boot is no reason to add them); sustained arrivals over 15 s instead of 3 s,
-# kept under 0.55 prefill utilisation going up and 0.4 going down (with a 2-s SLO and
+# kept under 0.55 prefill utilisation going up and 0.45 going down (with a 2-s SLO and
 # ~1.5-s prefills of the largest prompts, a replica 90 % busy with prefill already misses
-# the SLO); a surge reserve for the largest arrival jump of the last 5 min at full use.
+# the SLO); a burst reserve for the largest transient arrival peak of the last 15 min at
+# 0.4 utilisation. The step's jump is released as a level shift within a minute or two
+# (measured: 12 replicas for ~1.5 min, then 8 — 99.20 % at 11,319 replica-s), the Azure
+# hour's bursts are not (measured: 15-37 replicas between bursts — 99.04 % at 81,008 from
+# a floor of 8, below the 82,733 of a fixed 24; adding the surge reserve changed nothing).
 SIM_TUNED: dict[str, Any] = {
-    "boot_s": 30.0, "growth_tau_s": 15.0, "up_utilization": 0.55, "down_utilization": 0.4,
-    "surge_hold_s": 300.0, "surge_utilization": 1.0,
+    "boot_s": 30.0, "growth_tau_s": 15.0, "up_utilization": 0.55, "down_utilization": 0.45,
+    "burst_hold_s": 900.0, "burst_utilization": 0.4,
 }  # fmt: skip
-# For the bursty trace (hundreds of requests within seconds, minutes apart): 15 min of
-# surge reserve sized at 0.6 utilisation, never below the need of the last 15 min, and
-# prefill utilisation under 0.35 going up, 0.25 going down.
-SIM_BURSTY: dict[str, Any] = {
-    "peak_hold_s": 900.0, "surge_hold_s": 900.0, "surge_utilization": 0.6,
-    "up_utilization": 0.35, "down_utilization": 0.25,
-}  # fmt: skip
+# Floors the one setting is run at, on both workloads. No single floor meets the goal on
+# both: the step's cost goal needs 5 (each extra replica costs 1,200 replica-s of its low
+# phases, past 0.8x), while the Azure hour's first burst (t = 182 s, after 140 quiet s)
+# lands on the floor before any replica can boot — even a fleet jumping from 5 to 40 at
+# t = 185 s misses 116 requests in the hour, past the 88 that 99 % allows (measured: 97.22 %
+# from a floor of 5; see docs/results/autoscale-sim.md).
+SIM_TUNED_FLOORS = (5, 8)
 # Live (real time, simulated replicas boot in ~3 s), tuned on bench.autoscale_sim.LIVE_MODEL
 # (``--mode livesim``): at ×0.1 lengths one replica nearly carries the step (6 req/s) and
 # two carry the whole Azure window, so no surge reserve or peak hold (both kept 3-6
@@ -93,12 +98,9 @@ class Variant:
 
 def sim_variants(floor: int) -> list[Variant]:
     f = {"min_replicas": floor}
-    out = [
-        Variant("ttft-queue", "defaults"),
-        Variant("ttft-queue", "tuned", dict(SIM_TUNED)),
-        Variant("ttft-queue", f"tuned min={floor}", {**SIM_TUNED, **f}),
-        Variant("ttft-queue", f"bursty min={floor}", {**SIM_TUNED, **SIM_BURSTY, **f}),
-    ]
+    out = [Variant("ttft-queue", "defaults")]
+    for n in SIM_TUNED_FLOORS:  # the same setting on every workload, at each floor
+        out.append(Variant("ttft-queue", f"tuned min={n}", {**SIM_TUNED, "min_replicas": n}))
     ray_delays = {"upscale_delay_s": 30.0, "downscale_delay_s": 600.0}  # Ray Serve's defaults
     for t in (0.5, 1.0, 2.0, 4.0):
         ongoing = {"target_ongoing_requests": t}

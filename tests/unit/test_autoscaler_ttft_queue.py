@@ -260,3 +260,55 @@ def test_window_max_keeps_a_decreasing_queue_of_recent_values() -> None:
         q = window_max(q, t, v, hold_s=10.0)
     assert q == [[0.0, 5.0], [2.0, 4.0], [3.0, 1.0]]
     assert window_max(q, 10.5, 0.5, hold_s=10.0) == [[2.0, 4.0], [3.0, 1.0], [10.5, 0.5]]
+
+
+BURST = {"burst_hold_s": 300.0, "burst_utilization": 0.5, "surge_tau_s": 0.0}
+
+
+def _load(t: float, n: int, replicas_busy: float) -> MetricsSnapshot:
+    """``n`` replicas sharing ``replicas_busy`` replica-equivalents of prefill work."""
+    return _steady(t, n, 1000.0 * replicas_busy / n)
+
+
+def _follow(
+    load: list[tuple[float, float]], cfg: ScalingConfig, n: int, state: State
+) -> tuple[list[int], State]:
+    """Feed ``(t, replicas_busy)`` with the fleet at the policy's last answer."""
+    out = []
+    for t, busy in load:
+        n, state = POLICY.decide(_load(t, n, busy), cfg, state)
+        out.append(n)
+    return out, state
+
+
+def test_burst_reserve_holds_capacity_for_a_transient_burst_between_bursts() -> None:
+    cfg = ScalingConfig(min_replicas=1, max_replicas=16, params=BURST)
+    calm = [(float(t), 0.5) for t in range(0, 10)]
+    out, state = _follow([*calm, (10.0, 4.0)], cfg, 2, {})
+    assert out[-1] == 8  # fast = 4 replica-equivalents at once -> ceil(4 / 0.5), in one move
+    # the burst is over in seconds: the minute-scale rate never came near it, so it is held
+    idle, state = _follow([(float(t), 0.0) for t in range(11, 300, 5)], cfg, 8, state)
+    assert set(idle) == {8}
+    later, _ = _follow([(float(t), 0.0) for t in range(311, 420, 5)], cfg, 8, state)
+    assert later[-1] == 1  # older than burst_hold_s: released
+
+
+def test_burst_reserve_releases_a_level_shift_once_the_rate_settles_there() -> None:
+    cfg = ScalingConfig(min_replicas=1, max_replicas=16, params=BURST)
+    calm = [(float(t), 0.5) for t in range(0, 10)]
+    step = [(float(t), 4.0) for t in range(10, 200)]  # the rate jumps and stays
+    out, state = _follow([*calm, *step], cfg, 2, {})
+    assert out[0] == 2 and max(out) == 8  # the jump looks like a burst when it starts
+    assert state["ttft.slow"] > 0.6 * 4.0  # ... until the level rate reaches 0.6 x the peak
+    # released: back down to the calm load well before burst_hold_s, unlike a burst
+    after, _ = _follow([(float(t), 0.5) for t in range(200, 300)], cfg, out[-1], state)
+    assert after[-1] <= 2
+
+
+def test_held_burst_keeps_only_peaks_the_level_rate_stayed_far_below() -> None:
+    from autoscaler.ttft_signals import held_burst
+
+    state = {"ttft.bursts": [[0.0, 6.0, 1.0], [5.0, 4.0, 3.5], [9.0, 1.0, 0.2]]}
+    assert held_burst(state, level_shift=0.6) == 6.0  # 1.0 < 3.6: transient
+    state["ttft.bursts"][0][2] = 4.0  # the level rate reached 4.0 >= 0.6 x 6 since
+    assert held_burst(state, level_shift=0.6) == 1.0  # 3.5 >= 2.4 is a step too
