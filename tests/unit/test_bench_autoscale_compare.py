@@ -161,3 +161,19 @@ def test_live_model_run_keeps_the_clock_going_for_the_tail_without_counting_the_
     run = run_sim(specs, "ttft-queue", ScalingConfig(1, 6), LIVE_MODEL, tail_s=20.0)
     assert len(run.records) == len(specs) and run.summary["requests"]["total"] == len(specs)
     assert run.end_s >= last + 20.0 and run.samples[-1].t >= last + 19.0
+
+
+def test_live_workloads_include_a_step_that_needs_two_replicas() -> None:
+    from bench.autoscale_compare import LIVE_STEP_HEAVY, WORKLOADS, live_variants, workload
+
+    assert WORKLOADS["live"] == WORKLOADS["livesim"] == ("step", "azure", "step-heavy")
+    specs, load = workload("live", "step-heavy")
+    assert load is LIVE_STEP_HEAVY and load.rate * load.factor == 10.0
+    low, high, tail = LIVE_STEP_HEAVY.phases
+    sent = [s.arrival_s or 0.0 for s in specs]
+    assert max(sent) < low + high + tail
+    in_high = sum(1 for t in sent if low <= t < low + high) / high
+    assert in_high == pytest.approx(10.0, rel=0.2)  # req/s in the high phase
+    names = {f"{v.policy} {v.tuning}" for v in live_variants()}
+    assert "ongoing-requests target=2, delays 2/10 s" in names  # cheapest at 100 % (livesim)
+    assert "utilization target=0.3, down delay 5 s" in names  # utilization reaching 99 %
