@@ -23,8 +23,8 @@ def test_match_counts_leading_blocks_per_replica() -> None:
 def test_lru_cap_evicts_least_recently_used() -> None:
     idx = PrefixIndex(default_capacity_blocks=100)
     idx.set_capacity("a", 3)
-    idx.insert("a", [1, 2, 3])
-    idx.insert("a", [1])  # touch 1: now 2 is the oldest
+    idx.insert("a", [1, 2, 3])  # a chain: its tail (3) is the oldest
+    idx.insert("a", [3])  # touch 3: now 2 is the oldest
     idx.insert("a", [4])
     assert not idx.holds("a", 2)
     assert all(idx.holds("a", h) for h in (1, 3, 4))
@@ -56,8 +56,17 @@ def test_export_restore_roundtrip_keeps_matches_and_lru_order() -> None:
     restored = PrefixIndex.from_export(json.loads(json.dumps(idx.export())))
     q = [10, 11, 12]
     assert restored.match(q, ["a", "b"]) == idx.match(q, ["a", "b"]) == {"a": 3, "b": 1}
-    restored.insert("a", [13])  # LRU order survived: 11 is evicted, not 10
-    assert not restored.holds("a", 11) and restored.holds("a", 10)
+    restored.insert("a", [13])  # LRU order survived: the tail 12 is evicted, not 10 or 11
+    assert not restored.holds("a", 12) and restored.holds("a", 10) and restored.holds("a", 11)
+
+
+def test_eviction_takes_a_prefix_tail_first_so_its_head_still_matches() -> None:
+    idx = PrefixIndex(default_capacity_blocks=100)
+    idx.set_capacity("a", 6)
+    idx.insert("a", [1, 2, 3, 4])  # an old prefix
+    idx.insert("a", [7, 8, 9, 10])  # a newer one: 2 blocks of the old one must go
+    assert idx.match([1, 2, 3, 4], ["a"]) == {"a": 2}  # its head survives (as in vLLM)
+    assert idx.match([7, 8, 9, 10], ["a"]) == {"a": 4}
 
 
 def _rss_bytes() -> int:
