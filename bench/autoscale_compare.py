@@ -22,7 +22,8 @@ utilization (HPA-style) rule, side by side, in virtual time and live.
 - livesim: the live workloads and variants in virtual time (``autoscale_sim.LIVE_MODEL``:
   the same engine profile, ~3-s boot, 2-s look-back, a 25-s tail), plus fixed fleets of 1
   and 2; seconds instead of minutes, so live tuning happens here.
-Each run is saved under ``OUT/runs/``; tables and plots are rebuilt from every saved run
+``--floor N`` (live, livesim) runs every variant at ``min_replicas = N``, rows tagged
+``, floor N``. Each run is saved under ``OUT/runs/``; tables and plots are rebuilt from every saved run
 of a mode, so live workloads can be run in separate (shorter) invocations.
 """
 
@@ -150,6 +151,23 @@ def livesim_variants() -> list[Variant]:
     return [*live_variants(), *static]
 
 
+def with_floor(variants: list[Variant], floor: int | None) -> list[Variant]:
+    """Every autoscaled variant with ``min_replicas = floor`` (``, floor N`` in its tuning);
+    fixed fleets smaller than the floor are dropped, larger ones kept as they are. The
+    floor is a deployment choice, so it applies to every policy alike (as ``SIM_FLOOR``)."""
+    if floor is None:
+        return variants
+    out = []
+    for v in variants:
+        if v.policy == "static":
+            if int(v.overrides.get("min_replicas", 1)) >= floor:
+                out.append(v)
+            continue
+        out.append(replace(v, tuning=f"{v.tuning}, floor {floor}",
+                           overrides={**v.overrides, "min_replicas": floor}))  # fmt: skip
+    return out
+
+
 # ---- workloads -------------------------------------------------------------------------
 def workload(mode: str, name: str) -> tuple[list[RequestSpec], StepLoad | None]:
     from bench.autoscale_workloads import step_specs, trace_lengths, trace_window
@@ -204,7 +222,12 @@ def selected(v: Variant, only: str | None) -> bool:
 
 
 def run_sim_mode(
-    out: Path, names: list[str], resume: bool = False, only: str | None = None, mode: str = "sim"
+    out: Path,
+    names: list[str],
+    resume: bool = False,
+    only: str | None = None,
+    mode: str = "sim",
+    floor: int | None = None,
 ) -> None:
     """``sim``: the 70B/A100 setup; ``livesim``: the live workloads in ``LIVE_MODEL``."""
     from bench.autoscale_sim import LIVE_MODEL, SimSetup, run_sim
@@ -212,7 +235,10 @@ def run_sim_mode(
     base, tail = (LIVE_MODEL, 25.0) if mode == "livesim" else (SimSetup(), 0.0)
     for name in names:
         specs, step = workload(mode, name)
-        variants = livesim_variants() if mode == "livesim" else sim_variants(SIM_FLOOR[name])
+        if mode == "livesim":
+            variants = with_floor(livesim_variants(), floor)
+        else:
+            variants = sim_variants(SIM_FLOOR[name])
         for v in variants:
             if not selected(v, only) or (resume and run_path(out, mode, name, v).exists()):
                 continue
@@ -229,13 +255,15 @@ def run_sim_mode(
             print(f"{mode} {name} {v.policy} {v.tuning}: {_brief(row)}", flush=True)
 
 
-def run_live_mode(out: Path, names: list[str], only: str | None = None) -> None:
+def run_live_mode(
+    out: Path, names: list[str], only: str | None = None, floor: int | None = None
+) -> None:
     from bench.autoscale_live import live_session
 
     with live_session() as run_one:
         for name in names:
             specs, step = workload("live", name)
-            for v in (v for v in live_variants() if selected(v, only)):
+            for v in (v for v in with_floor(live_variants(), floor) if selected(v, only)):
                 run = run_one(specs, v, tail_s=25.0)
                 meta = {"mode": "live", "workload": name, "policy": v.policy, "tuning": v.tuning,
                         "overrides": v.overrides}  # fmt: skip
@@ -262,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--resume", action="store_true", help="sim: skip variants already saved")
     ap.add_argument("--only", default=None, help="comma list of substrings of 'policy tuning'")
+    ap.add_argument("--floor", type=int, default=None,
+                    help="live/livesim: min_replicas for every policy (rows tagged ', floor N')")  # fmt: skip
     args = ap.parse_args(argv)
     out = Path(args.out)
     modes = ("sim", "live") if args.mode == "all" else (args.mode,)
@@ -272,9 +302,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown {mode} workloads {sorted(bad)}; known: {WORKLOADS[mode]}")
         if not args.report_only:
             if mode == "live":
-                run_live_mode(out, names, args.only)
+                run_live_mode(out, names, args.only, args.floor)
             else:
-                run_sim_mode(out, names, args.resume, args.only, mode)
+                floor = args.floor if mode == "livesim" else None
+                run_sim_mode(out, names, args.resume, args.only, mode, floor)
         print(report_mode(out, mode, WORKLOADS[mode], SLO_S))
     return 0
 

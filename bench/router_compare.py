@@ -21,6 +21,10 @@ Output under ``--out``: per policy ``<scenario>/<policy>.json`` + ``.jsonl`` (be
 ``router_compare.png`` (P95 TTFT and hit rate bars), ``router_compare.md`` (tables + goals).
 Live runs take the shared lock ``/tmp/llmfleet-live.lock`` per policy (``--lock none`` when
 the caller already holds it, e.g. under ``flock``).
+Noise: ``--seeds 0,1,2`` runs every live (policy, workload) once per seed, each on a fresh
+fleet; a row is the median run and the notes give the per-seed P95s and the paired ratios
+(``--live-workloads`` limits a run to some workloads; their scenarios alone are replaced).
+``--rescore`` rebuilds every saved scenario's goals and table with the current code.
 Run: python -m bench.router_compare --mode sim|live-sim|live-vllm|all --out results/router
 """
 
@@ -90,7 +94,7 @@ def live_sim_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
             num_requests=600,
             length_scale=1 / 32,
             time_scale=0.4,
-            shared_prefix=True,
+            shared_prefix=False,  # a trace replay: P95 ratios reported, the goals are elsewhere
         ),
     )
     return LiveSetup(
@@ -125,6 +129,15 @@ def live_vllm_setup(router_params: dict[str, Any], port: int) -> LiveSetup:
     )  # fmt: skip
 
 
+def pick_workloads(setup: LiveSetup, names: str) -> tuple[LiveWorkload, ...]:
+    wanted = names.split(",")
+    known = {w.name: w for w in setup.workloads}
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown {setup.mode} workload(s) {unknown}; known: {sorted(known)}")
+    return tuple(known[n] for n in wanted)
+
+
 def quick(setup: LiveSetup, n: int = 24) -> LiveSetup:
     """Smoke-test size: the first ``n`` requests of each workload."""
     workloads = tuple(replace(w, num_requests=n, warmup_s=0.0) for w in setup.workloads)
@@ -142,13 +155,20 @@ def sim_scenarios(args: argparse.Namespace) -> list[SimScenario]:
     }
     return [
         SimScenario(**common),
-        SimScenario(name="sim-shared-prefix", workload=SIM_SHARED_PREFIX, rate=40.0, **common),
+        SimScenario(
+            name="sim-shared-prefix",
+            workload=SIM_SHARED_PREFIX,
+            rate=40.0,
+            shared_prefix=True,
+            **common,
+        ),
         SimScenario(
             name="sim-hot-prefix",
             workload=HOT_PREFIX,
             rate=18.0,
             replicas=8,
             hardware="l4",
+            shared_prefix=True,
             **{**common, "num_requests": args.sim_requests or 960},
         ),
     ]
@@ -251,6 +271,27 @@ def write_outputs(out: Path, new: Sequence[Mapping[str, Any]], modes: Sequence[s
     return table
 
 
+def goal_flags(port: int = 8231) -> dict[str, bool]:
+    """Scenario name -> whether the shared-prefix P95 goals apply, from the definitions."""
+    flags = {sc.name: sc.shared_prefix for sc in sim_scenarios(parse_args([]))}
+    for setup in (live_sim_setup({}, port), live_vllm_setup({}, port)):
+        flags.update({f"{setup.mode}-{w.name}": w.shared_prefix for w in setup.workloads})
+    return flags
+
+
+def rescore(saved: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Saved scenarios with goals and tables rebuilt from their rows by the current code
+    (scenarios no longer defined keep their old flag: whether they had a P95 goal)."""
+    flags = goal_flags()
+    out = []
+    for s in saved:
+        rows = [PolicyRow(**p) for p in s["policies"]]
+        had = any(g["name"].startswith("p95_") for g in s.get("goals", []))
+        flag = flags.get(s["scenario"], had)
+        out.append(scenario_result(s["scenario"], s["description"], s["setup"], rows, flag))
+    return out
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.router_compare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -258,9 +299,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("results/router"))
     p.add_argument("--lock", default=LOCK_PATH, help="live-run lock file, or 'none'")
     p.add_argument("--port", type=int, default=8231, help="HTTP port of live runs (metrics +10000)")
+    p.add_argument("--rescore", action="store_true",
+                   help="rebuild goals and tables of OUT/summary.json, run nothing")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="live smoke test: 24 requests per workload")
     p.add_argument("--live-policies", default=None,
                    help="live: rerun only these (comma list); other rows come from OUT/summary.json")  # fmt: skip
+    p.add_argument("--live-workloads", default=None,
+                   help="live: only these workloads (comma list); the others' saved rows stay")  # fmt: skip
+    p.add_argument("--seeds", default=None,
+                   help="live: run every policy once per seed (comma list, e.g. 0,1,2); "
+                        "rows are the median run, paired per-seed ratios in the notes")  # fmt: skip
     p.add_argument("--sim-requests", type=int, default=None, help="first N trace requests (sim)")
     p.add_argument("--sim-policies", default=",".join(SimScenario().policies))
     p.add_argument("--router-params", type=json.loads, default={},
@@ -272,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     lock = None if args.lock == "none" else args.lock
     modes = MODES if args.mode == "all" else (args.mode,)
+    if args.rescore:
+        print(write_outputs(args.out, rescore(_saved_scenarios(args.out).values())))
+        return 0
     new: list[dict[str, Any]] = []
     for mode in modes:
         if mode == "sim":
@@ -282,9 +333,14 @@ def main(argv: list[str] | None = None) -> int:
             every = setup.policies
             if args.live_policies:
                 setup = replace(setup, policies=tuple(args.live_policies.split(",")))
+            if args.live_workloads:
+                setup = replace(setup, workloads=pick_workloads(setup, args.live_workloads))
+            if args.seeds:
+                setup = replace(setup, seeds=tuple(int(s) for s in args.seeds.split(",")))
             setup = quick(setup) if args.quick else setup
             new += live_results(setup, args.out, lock, every if args.live_policies else ())
-    print(write_outputs(args.out, new, modes))
+    # A subset of one mode's workloads replaces only those scenarios.
+    print(write_outputs(args.out, new, () if args.live_workloads else modes))
     print(
         f"wrote {args.out / SUMMARY}, {args.out / 'router_compare.md'}, {args.out / 'router_compare.png'}"
     )

@@ -28,6 +28,7 @@ from bench.router_compare_metrics import (
     PolicyRow,
     after_warmup,
     imbalance_from_samples,
+    median_run,
     policy_row,
 )
 from bench.types import RequestRecord, RequestSpec
@@ -61,6 +62,9 @@ class LiveSetup:
     request_timeout_s: float = 120.0
     ready_timeout_s: float = 300.0
     seed: int = 0
+    # More than one: every (policy, workload) runs once per seed on a fresh fleet and the
+    # row is the median run (``median_run``); the same seeds for every policy (paired).
+    seeds: tuple[int, ...] = ()
     router_params: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -153,13 +157,13 @@ def _warmup_specs(n: int, tokenizer: Any, seed: int) -> list[RequestSpec]:
 
 
 def run_workload(
-    setup: LiveSetup, policy: str, w: LiveWorkload, url: str, tokenizer: Any
+    setup: LiveSetup, policy: str, w: LiveWorkload, url: str, tokenizer: Any, seed: int
 ) -> tuple[dict[str, Any], list[RequestRecord], PolicyRow]:
     from bench import client
     from bench.report import summarize
     from bench.slo import parse_slo
 
-    specs, offsets = build_specs(w, tokenizer, setup.seed)
+    specs, offsets = build_specs(w, tokenizer, seed)
     model = setup.config.get("model", {}).get("served_name", "smollm2-135m-instruct")
     target = client.Target(url, model, timeout_s=setup.request_timeout_s)
     warm = _warmup_specs(setup.warmup, tokenizer, setup.seed) if setup.warmup else []
@@ -167,7 +171,8 @@ def run_workload(
     config = {"mode": setup.mode, "policy": policy, "workload": w.name, "dataset": w.dataset,
               "rate": w.rate, "length_scale": w.length_scale, "time_scale": w.time_scale,
               "num_requests": len(specs), "replicas": setup.num_replicas,
-              "warmup_s": w.warmup_s, "fleet": setup.fleet_config(policy)}  # fmt: skip
+              "warmup_s": w.warmup_s, "seed": seed,
+              "fleet": setup.fleet_config(policy)}  # fmt: skip
     slo = parse_slo(setup.slo)
     steady = after_warmup(outcome.records, w.warmup_s)
     duration = max(outcome.duration_s - w.warmup_s, 1e-9)
@@ -190,23 +195,29 @@ def run_policy(
     from cluster.runtime import deploy, start_ray, stop, wait_ready
 
     cfg = parse_config(setup.fleet_config(policy))
+    seeds = setup.seeds or (setup.seed,)
     rows: dict[str, PolicyRow] = {}
     with live_lock(lock):
         for w in setup.workloads:
-            t0 = time.monotonic()
-            start_ray(cfg)
-            try:
-                url = deploy(cfg)
-                wait_ready(url, timeout_s=setup.ready_timeout_s)
-                log(f"[{setup.mode}] {policy} {w.name}: ready in {time.monotonic() - t0:.0f} s")
-                result, records, row = run_workload(setup, policy, w, url, tokenizer)
-            finally:
-                stop()
-            write_results(result, records, out_dir / f"{setup.mode}-{w.name}" / f"{policy}.json")
-            rows[w.name] = row
-            log(f"[{setup.mode}] {policy} {w.name}: p95 TTFT {row.ttft_p95_ms or 0:.0f} ms "
-                f"(whole run {row.ttft_p95_whole_ms or 0:.0f}), hit {row.hit_rate:.3f}, "
-                f"ok {row.completed}/{row.completed + row.failed}")  # fmt: skip
+            runs = []
+            for seed in seeds:
+                t0 = time.monotonic()
+                start_ray(cfg)
+                try:
+                    url = deploy(cfg)
+                    wait_ready(url, timeout_s=setup.ready_timeout_s)
+                    log(f"[{setup.mode}] {policy} {w.name} seed {seed}: ready in "
+                        f"{time.monotonic() - t0:.0f} s")  # fmt: skip
+                    result, records, row = run_workload(setup, policy, w, url, tokenizer, seed)
+                finally:
+                    stop()
+                name = f"{policy}.json" if len(seeds) == 1 else f"{policy}-seed{seed}.json"
+                write_results(result, records, out_dir / f"{setup.mode}-{w.name}" / name)
+                runs.append(row)
+                log(f"[{setup.mode}] {policy} {w.name} seed {seed}: p95 TTFT "
+                    f"{row.ttft_p95_ms or 0:.0f} ms (whole run {row.ttft_p95_whole_ms or 0:.0f}), "
+                    f"hit {row.hit_rate:.3f}, ok {row.completed}/{row.completed + row.failed}")  # fmt: skip
+            rows[w.name] = median_run(runs, seeds)
     return rows
 
 

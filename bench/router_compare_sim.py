@@ -41,7 +41,7 @@ class SimScenario:
     length_scale: float = 1.0
     num_requests: int | None = None
     rate: float | None = None  # Poisson req/s for workloads without timestamps
-    shared_prefix: bool = True  # the P95 TTFT ratio goals apply
+    shared_prefix: bool = False  # the P95 TTFT ratio goals apply (shared-prefix workloads)
     seed: int = 0
     policies: tuple[str, ...] = SIM_POLICIES
     router_config: dict[str, Any] = field(default_factory=dict)

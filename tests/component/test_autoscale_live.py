@@ -19,7 +19,7 @@ from bench.autoscale_live import (
 )
 from bench.tokens import TokenSource
 from bench.types import RequestSpec
-from tests.serve_fixtures import TEST_URL, delete_app, deploy_app
+from tests.serve_fixtures import TEST_URL, delete_app, deploy_app, post
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(240)]
 
@@ -85,3 +85,32 @@ def test_step_scales_up_fast_then_back_to_one_without_failures(autoscaled_app: A
     peak = max(s.replicas for s in run.samples)
     assert peak >= 2
     assert run.samples[-1].replicas == 1, [s.replicas for s in run.samples[-10:]]
+
+
+def test_scale_to_zero_holds_a_request_at_the_ingress_until_a_replica_starts(
+    autoscaled_app: Any,
+) -> None:
+    """min_replicas 0: an idle fleet goes to 0 replicas; a request then waits at the ingress
+    (Serve starts the first replica for it), is served, and the fleet returns to 0. Runs
+    after the step test: it redeploys the module's app (the fixture deletes it)."""
+    setup = LiveSetup(min_replicas=0, max_replicas=2)
+    cfg = fleet_config("ttft-queue", setup, FAST_DOWN)
+    cfg["replicas"] = {**cfg["replicas"], "num_replicas": 1}  # start with one so /health is up
+    deploy_app(cfg)
+
+    def wait_for(count: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if replica_count() == count:
+                return True
+            time.sleep(0.5)
+        return False
+
+    assert wait_for(0, 90), f"idle fleet still has {replica_count()} replicas"
+    t0 = time.monotonic()
+    r = post("/v1/completions", {"model": "smollm2-135m-instruct", "prompt": "hi", "max_tokens": 4})
+    waited = time.monotonic() - t0
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 4
+    assert waited > 0.5, f"served in {waited:.2f} s: no replica start in the way?"
+    assert wait_for(0, 90), f"fleet did not return to 0 ({replica_count()} replicas)"

@@ -1,13 +1,18 @@
-"""Component: the `llmfleet` command — bad config rejected early, up/status/down, down after a crash."""
+"""Component: the `llmfleet` command — bad config rejected early, up/status/down, down after a
+crash, and autoscaling 1 → N → 1 under `llmfleet bench` load as `llmfleet status` shows it."""
 
 from __future__ import annotations
 
+import ast
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -39,14 +44,22 @@ def test_bad_config_is_rejected_before_anything_starts(tmp_path: Path, env: dict
     assert time.monotonic() - t0 < 30 and not (tmp_path / "home" / "state.json").exists()
 
 
-def _start(tmp_path: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+SIM_YAML = (
+    f"server:\n  port: {PORT}\n  metrics_export_port: 18131\n"
+    "replicas:\n  num_cpus: 0.1\nengine:\n  sim:\n    speed: 5.0\n"
+)
+
+
+def _start(
+    tmp_path: Path,
+    env: dict[str, str],
+    yaml_text: str = SIM_YAML,
+    args: tuple[str, ...] = ("--replicas", "2"),
+) -> subprocess.Popen[str]:
     cfg = tmp_path / "sim.yaml"
-    cfg.write_text(
-        f"server:\n  port: {PORT}\n  metrics_export_port: 18131\n"
-        "replicas:\n  num_cpus: 0.1\nengine:\n  sim:\n    speed: 5.0\n"
-    )
+    cfg.write_text(yaml_text)
     proc = subprocess.Popen(
-        LLMFLEET + ["up", "--config", str(cfg), "--engine", "sim", "--replicas", "2"],
+        LLMFLEET + ["up", "--config", str(cfg), "--engine", "sim", *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -118,3 +131,66 @@ def test_down_after_crash_cleans_up_that_session_only(tmp_path: Path, env: dict[
         p for p in survivors_before if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     ]
     assert not state.exists()
+
+
+def _running(status_out: str) -> int | None:
+    """RUNNING replicas of the LLMReplica deployment in `llmfleet status` output."""
+    m = re.search(r"deployment LLMReplica: \S+ replicas=(\{[^}]*\})", status_out)
+    return int(ast.literal_eval(m.group(1)).get("RUNNING", 0)) if m else None
+
+
+def test_up_autoscale_scales_1_to_n_to_1_under_bench_load(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The issue's "done means": `llmfleet up --engine sim --autoscale ttft-queue`, load from
+    `llmfleet bench`, and `llmfleet status` shows 1 → ≥ 2 → 1 replicas with no failed request.
+    The load is 3x what one simulated CPU replica can prefill (sized from its profile)."""
+    from replicas.sim.core import CoreConfig, EngineCore
+
+    rate, n = 4.0, 40
+    one = EngineCore(CoreConfig(model="smollm2-135m", hardware="cpu", block_size=16))
+    prompt = max(64, min(1500, round(3.0 * one.stats().prefill_tokens_per_s / rate)))
+    yaml_text = (
+        f"server:\n  port: {PORT}\n  metrics_export_port: 18131\n"
+        "replicas:\n  num_cpus: 0.1\n"
+        "engine:\n  sim:\n    hardware: cpu\n    model_profile: smollm2-135m\n"
+        "autoscaling:\n  min_replicas: 1\n  max_replicas: 3\n  ttft_slo_s: 2.0\n"
+        "  metrics_interval_s: 0.5\n  look_back_period_s: 2.0\n  params:\n"
+        "    downscale_stable_s: 3.0\n    downscale_cooldown_s: 3.0\n"
+        "    upscale_cooldown_s: 2.0\n    max_downscale_step: 2\n    settle_s: 2.0\n"
+        "    load_window_s: 2.0\n"
+    )
+    proc = _start(tmp_path, env, yaml_text, ("--autoscale", "ttft-queue"))
+    out = tmp_path / "bench.json"
+    seen: list[int | None] = []
+
+    def poll_until(cond: Any, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            seen.append(_running(run(["status"], env, timeout=30).stdout))
+            if cond():
+                return
+            time.sleep(1.0)
+
+    try:
+        poll_until(lambda: seen[-1] == 1, 60)
+        assert seen[-1] == 1, seen
+        bench = subprocess.Popen(
+            LLMFLEET + ["bench", "--url", f"http://127.0.0.1:{PORT}", "--no-progress",
+                        "--dataset", f"random:input={prompt},output=8,spread=0",
+                        "--rate", str(rate), "--arrival", "constant", "--num-requests", str(n),
+                        "--duration", "15", "--timeout", "60", "--seed", "3", "--out", str(out)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        poll_until(lambda: bench.poll() is not None, 90)
+        bench_out = bench.communicate(timeout=30)[0]
+        assert bench.returncode == 0, bench_out[-2000:]
+        poll_until(lambda: seen[-1] == 1, 60)
+        peak = max((c or 0) for c in seen)
+        result = json.loads(out.read_text())
+        assert result["requests"]["completed"] == n and result["requests"]["failed"] == 0
+        assert peak >= 2, seen
+        assert seen[-1] == 1, seen
+    finally:
+        run(["down"], env)
+        proc.wait(timeout=60)

@@ -177,3 +177,22 @@ def test_live_workloads_include_a_step_that_needs_two_replicas() -> None:
     names = {f"{v.policy} {v.tuning}" for v in live_variants()}
     assert "ongoing-requests target=2, delays 2/10 s" in names  # cheapest at 100 % (livesim)
     assert "utilization target=0.3, down delay 5 s" in names  # utilization reaching 99 %
+
+
+def test_floor_applies_to_every_autoscaled_variant_and_drops_smaller_fixed_fleets() -> None:
+    from bench.autoscale_compare import livesim_variants, with_floor
+
+    base = livesim_variants()
+    assert with_floor(base, None) is base
+    floored = with_floor(base, 2)
+    statics = [v for v in floored if v.policy == "static"]
+    assert [v.tuning for v in statics] == ["2 replicas"]
+    scaled = [v for v in floored if v.policy != "static"]
+    assert len(scaled) == len([v for v in base if v.policy != "static"])
+    for v in scaled:
+        assert v.tuning.endswith(", floor 2") and v.scaling(1, 6).min_replicas == 2
+    ours = next(v for v in scaled if v.policy == "ttft-queue")
+    assert (
+        ours.scaling(1, 6).params
+        == next(v for v in base if v.policy == "ttft-queue").scaling(1, 6).params
+    )  # same knobs, only the floor differs

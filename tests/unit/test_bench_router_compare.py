@@ -11,8 +11,12 @@ import pytest
 from bench.report import summarize
 from bench.router_compare import (
     live_sim_setup,
+    main,
     merge_scenarios,
+    parse_args,
+    pick_workloads,
     quick,
+    sim_scenarios,
     with_earlier_rows,
     write_outputs,
 )
@@ -24,6 +28,7 @@ from bench.router_compare_metrics import (
     imbalance,
     imbalance_from_samples,
     markdown_table,
+    median_run,
     p95_ratio,
     policy_row,
     scenario_result,
@@ -256,3 +261,62 @@ def test_rerun_of_one_policy_keeps_the_other_rows_from_the_saved_run() -> None:
     assert earlier == ["ray-p2c", "ray-prefix"]
     assert with_earlier_rows(new, None, ()) == (new, [])  # a full run: just its rows
     assert with_earlier_rows(new, None, ("prefix", "ray-p2c"))[1] == []  # nothing saved
+
+
+def test_median_run_keeps_every_seed_and_pairs_ratios_by_seed() -> None:
+    ours = median_run([row("prefix", 500.0), row("prefix", 400.0), row("prefix", 450.0)], (0, 1, 2))
+    assert ours.ttft_p95_ms == 450.0 and ours.runs == ((0, 500.0), (1, 400.0), (2, 450.0))
+    ray = median_run([row("ray-prefix", 800.0), row("ray-prefix", 1000.0)], (0, 1))
+    assert ray.ttft_p95_ms == 800.0  # the lower median for an even count
+    single = row("prefix", 300.0)
+    assert median_run([single], (7,)) is single
+    with pytest.raises(ValueError):
+        median_run([single], (0, 1))
+    result = scenario_result("live-sim-x", "d", {}, [ours, ray], shared_prefix=True)
+    md = result["markdown"]
+    assert "p95 per run 500 (seed 0) / 400 (seed 1) / 450 (seed 2)" in md
+    # seeds 0 and 1 only (ray ran two): 500/800, 400/1000 -> median of two = mean
+    assert "per seed: 0.625, 0.400; median 0.512" in md
+    back = json.loads(json.dumps(result))  # runs survive the summary round trip
+    rows, _ = with_earlier_rows([], back, ("prefix", "ray-prefix"))
+    assert rows[0].ttft_p95_ms == 450.0 and dict(rows[0].runs or ()) == {
+        0: 500.0,
+        1: 400.0,
+        2: 450.0,
+    }
+
+
+def test_pick_workloads_in_the_given_order_and_rejects_unknown_names() -> None:
+    setup = live_sim_setup({}, 8231)
+    assert [w.name for w in pick_workloads(setup, "hot-prefix-18,hot-prefix-12")] == [
+        "hot-prefix-18", "hot-prefix-12"
+    ]  # fmt: skip
+    with pytest.raises(SystemExit, match="unknown"):
+        pick_workloads(setup, "hot-prefix-99")
+
+
+def test_trace_replays_report_p95_ratios_without_goals() -> None:
+    rows = [row("prefix", 300.0, imb=1.1), row("ray-p2c", 400.0), row("ray-prefix", 600.0)]
+    res = scenario_result("live-sim-mooncake", "d", {}, rows, shared_prefix=False)
+    assert [g["name"] for g in res["goals"]] == ["imbalance_prefix"]
+    assert "p95 prefix / ray-prefix = 0.500 (reported, not a goal here)" in res["markdown"]
+    assert "p95 prefix / ray-p2c = 0.750 (reported" in res["markdown"]
+    setup = live_sim_setup({}, 8231)
+    goal_workloads = {w.name for w in setup.workloads if w.shared_prefix}
+    assert goal_workloads == {"shared-prefix", "hot-prefix-12", "hot-prefix-18"}
+    sims = {s.name: s.shared_prefix for s in sim_scenarios(parse_args([]))}
+    assert sims == {"sim-mooncake": False, "sim-shared-prefix": True, "sim-hot-prefix": True}
+
+
+def test_rescore_rebuilds_goals_from_saved_rows(tmp_path: Path) -> None:
+    rows = [row("prefix", 300.0, imb=1.1), row("ray-prefix", 600.0)]
+    stale = scenario_result("live-sim-mooncake", "d", {"k": 1}, rows, shared_prefix=True)
+    kept = scenario_result("live-sim-gone", "d", {}, rows, shared_prefix=True)
+    write_outputs(tmp_path, [stale, kept])
+    assert main(["--rescore", "--out", str(tmp_path)]) == 0
+    saved = {
+        s["scenario"]: s for s in json.loads((tmp_path / "summary.json").read_text())["scenarios"]
+    }
+    assert [g["name"] for g in saved["live-sim-mooncake"]["goals"]] == ["imbalance_prefix"]
+    assert saved["live-sim-mooncake"]["setup"] == {"k": 1}
+    assert any(g["name"].startswith("p95_") for g in saved["live-sim-gone"]["goals"])
