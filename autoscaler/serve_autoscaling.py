@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from autoscaler.registry import POLICY_NAMES, make_policy
+from autoscaler.registry import LIFTABLE_PARAMS, POLICY_NAMES, make_policy
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, State
 
 if TYPE_CHECKING:
@@ -107,8 +107,7 @@ class ServeScalingPolicy:
         return self.policy.decide(snapshot, cfg, state)
 
 
-_LIFTABLE = ("ttft_slo_s", "headroom", "upscale_cooldown_s", "downscale_cooldown_s",
-             "downscale_stable_s", "target_ongoing_requests", "target_utilization")  # fmt: skip
+_LIFTABLE = LIFTABLE_PARAMS
 
 
 def lift_params(cfg: ScalingConfig) -> ScalingConfig:

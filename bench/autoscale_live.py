@@ -15,7 +15,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.autoscale_metrics import Sample
@@ -170,6 +170,18 @@ def run_live(
     return PolicyRun(summary, list(poller.samples), outcome.records, end_s)
 
 
+def split_overrides(
+    setup: LiveSetup, overrides: dict[str, Any]
+) -> tuple[LiveSetup, dict[str, Any], dict[str, Any]]:
+    """A variant's overrides → (setup with its floor, policy params, autoscaling fields).
+    ``min_replicas`` is the deployment's floor (``autoscaling.min_replicas`` and the
+    initial count), ``target_ongoing_requests`` a section field; the rest are params."""
+    params = dict(overrides)
+    top = {k: params.pop(k) for k in ("target_ongoing_requests",) if k in params}
+    floor = int(params.pop("min_replicas", setup.min_replicas))
+    return replace(setup, min_replicas=floor), params, top
+
+
 @contextlib.contextmanager
 def live_session(setup: LiveSetup | None = None) -> Iterator[Callable[..., PolicyRun]]:
     """Start Ray once; yield ``run_one(specs, variant, tail_s)`` which deploys the variant,
@@ -184,13 +196,12 @@ def live_session(setup: LiveSetup | None = None) -> Iterator[Callable[..., Polic
     start_ray(parse_config(fleet_config("none", setup, {})))
 
     def run_one(specs: list[RequestSpec], variant: Any, tail_s: float) -> PolicyRun:
-        params = dict(variant.overrides)
-        top = {k: params.pop(k) for k in ("target_ongoing_requests",) if k in params}
-        cfg = parse_config(fleet_config(variant.policy, setup, params, top))
+        run_setup, params, top = split_overrides(setup, variant.overrides)
+        cfg = parse_config(fleet_config(variant.policy, run_setup, params, top))
         url = deploy(cfg)
         try:
             wait_ready(url, timeout_s=120)
-            _wait_for_count(setup.min_replicas, 60.0)
+            _wait_for_count(run_setup.min_replicas, 60.0)
             duration = max(float(s.arrival_s or 0.0) for s in specs) + 1.0
             return run_live(
                 specs, url=url, model=cfg.model.served_name, duration_s=duration,

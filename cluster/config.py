@@ -178,6 +178,9 @@ class AutoscalingSection(_Strict):
     def _bounds(self) -> AutoscalingSection:
         if self.min_replicas > self.max_replicas:
             raise ValueError("min_replicas must be <= max_replicas")
+        from autoscaler.registry import check_params
+
+        check_params(self.policy, self.params)
         return self
 
 

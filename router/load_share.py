@@ -15,6 +15,7 @@ events' own clock, so the same event sequence gives the same shares.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
 
 class LoadShare:
@@ -41,6 +42,12 @@ class LoadShare:
             return 0.0
         return v * math.exp(-(self._now - self._at[replica_id]) / self.window_s)
 
+    def total(self, replica_ids: list[str], now: float | None = None) -> float:
+        """Decayed work routed to ``replica_ids``, as of ``now`` (default: the last event)."""
+        if now is not None:
+            self._now = max(self._now, now)
+        return sum(self._decayed(rid) for rid in replica_ids)
+
     def shares(self, replica_ids: list[str]) -> dict[str, float]:
         """Each replica's fraction of the decayed work routed to ``replica_ids`` (0 if none)."""
         vals = {rid: self._decayed(rid) for rid in replica_ids}
@@ -55,3 +62,30 @@ class LoadShare:
             return set()
         cap = (1.0 + slack) / len(replica_ids)
         return {rid for rid, s in self.shares(replica_ids).items() if s > cap}
+
+
+class PrefixHeat:
+    """Decayed work per prefix key (a request's first block hash) over the same window, so
+    a prefix's share of recent traffic compares with a replica's. Bounded: the
+    ``max_keys`` most recently routed prefixes are kept (one float pair each); a prefix
+    routed so rarely that it was dropped counts as cold, which is what it is."""
+
+    def __init__(self, window_s: float = 30.0, max_keys: int = 4096) -> None:
+        if window_s <= 0 or max_keys < 1:
+            raise ValueError("window_s must be > 0 and max_keys >= 1")
+        self.window_s = window_s
+        self.max_keys = max_keys
+        self._v: OrderedDict[int, tuple[float, float]] = OrderedDict()  # key -> (value, at)
+
+    def add(self, key: int, weight: float, now: float) -> None:
+        self._v[key] = (self.value(key, now) + weight, now)
+        self._v.move_to_end(key)
+        while len(self._v) > self.max_keys:
+            self._v.popitem(last=False)
+
+    def value(self, key: int, now: float) -> float:
+        v, at = self._v.get(key, (0.0, now))
+        return v * math.exp(-max(0.0, now - at) / self.window_s)
+
+    def __len__(self) -> int:
+        return len(self._v)

@@ -196,3 +196,16 @@ def test_floor_applies_to_every_autoscaled_variant_and_drops_smaller_fixed_fleet
         ours.scaling(1, 6).params
         == next(v for v in base if v.policy == "ttft-queue").scaling(1, 6).params
     )  # same knobs, only the floor differs
+
+
+def test_live_variant_floor_is_the_deployments_min_replicas_not_a_policy_param() -> None:
+    from bench.autoscale_live import LiveSetup, fleet_config, split_overrides
+    from cluster.config import parse_config
+
+    overrides = {"min_replicas": 2, "target_ongoing_requests": 2.0, "upscale_delay_s": 2.0}
+    setup, params, top = split_overrides(LiveSetup(), overrides)
+    assert setup.min_replicas == 2
+    assert params == {"upscale_delay_s": 2.0} and top == {"target_ongoing_requests": 2.0}
+    cfg = parse_config(fleet_config("ongoing-requests", setup, params, top))
+    assert cfg.autoscaling.min_replicas == 2 and cfg.replicas.num_replicas == 2
+    assert split_overrides(LiveSetup(), {})[0].min_replicas == 1

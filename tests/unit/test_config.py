@@ -97,3 +97,17 @@ def test_up_flags_override_the_config() -> None:
     cfg = _overrides(FleetConfig(), args)
     assert (cfg.engine.type, cfg.replicas.num_replicas, cfg.server.port) == ("sim", 3, 9000)
     assert cfg.routing.policy == "p2c" and cfg.autoscaling.enabled is False
+
+
+def test_autoscaling_params_the_policy_does_not_read_are_rejected() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"autoscaling": {"policy": "ttft-queue", "params": {"up_utilisation": 0.9}}})
+    msg = str(err.value)
+    assert "autoscaling" in msg and "up_utilisation" in msg and "up_utilization" in msg
+    with pytest.raises(ConfigError, match="min_replicas"):  # a section field, not a knob
+        parse_config({"autoscaling": {"params": {"min_replicas": 2}}})
+    with pytest.raises(ConfigError, match="tolerance"):  # utilization's knob, not Ray's rule's
+        parse_config({"autoscaling": {"policy": "ongoing-requests", "params": {"tolerance": 0.2}}})
+    ok = parse_config({"autoscaling": {"policy": "utilization", "params": {
+        "tolerance": 0.2, "downscale_delay_s": 5, "target_utilization": 0.5}}})  # fmt: skip
+    assert ok.autoscaling.params["tolerance"] == 0.2

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from router.config import RouterConfig
-from router.load_share import LoadShare
+from router.load_share import LoadShare, PrefixHeat
 from router.prefix_policy import PrefixAwarePolicy
 from router.types import ReplicaGone, ReplicaView, RequestView, Routed
 
@@ -71,3 +71,40 @@ def test_cold_requests_go_where_the_least_work_went_warm_ones_keep_affinity() ->
     assert (decision.replica_id, decision.reason) == ("a", "affinity")
     off = PrefixAwarePolicy(config=RouterConfig.from_dict({"weights": {"share": 0, "spread": 0}}))
     assert off.relative_share(views) == dict.fromkeys("abc", 0.0)  # nothing routed yet
+
+
+def test_prefix_heat_decays_and_keeps_the_most_recent_prefixes() -> None:
+    h = PrefixHeat(window_s=10.0, max_keys=2)
+    h.add(1, 10.0, now=0.0)
+    assert h.value(1, now=10.0) == pytest.approx(10.0 * math.exp(-1))
+    h.add(2, 1.0, now=1.0)
+    h.add(1, 1.0, now=2.0)  # 1 is now the most recent
+    h.add(3, 1.0, now=3.0)  # over max_keys: 2 (least recent) goes
+    assert len(h) == 2 and h.value(2, now=3.0) == 0.0 and h.value(1, now=3.0) > 1.0
+    with pytest.raises(ValueError):
+        PrefixHeat(max_keys=0)
+
+
+def _prefixed(i: int, first: int) -> RequestView:
+    return RequestView(str(i), "m", tuple(range(64)), (first, 2, 3, 4), 9)
+
+
+def test_busy_sole_holder_of_a_rare_prefix_is_kept_a_hot_prefix_is_shed() -> None:
+    """Load guards skip a busy replica, but for a rare prefix only it holds, moving the
+    request costs a whole prefill elsewhere: it stays eligible (the scorers decide). A hot
+    prefix (>= 1/n of recent work) is still shed, so it gets replicated."""
+    cfg = RouterConfig.from_dict({"min_load_cap": 2, "load_slack": 0.0, "share_slack": 0.25})
+    p = PrefixAwarePolicy(config=cfg)
+    t = 0.0
+    for k in range(30):  # hot prefix 7 -> "a" (and a little to "b"), rare prefix 8 -> "a" once
+        t += 1.0
+        p.observe(Routed(_prefixed(k, 7), "a" if k % 5 else "b", t))
+    p.observe(Routed(_prefixed(99, 8), "a", t + 1.0))
+    views = [ReplicaView("a", ongoing=6), ReplicaView("b", ongoing=1), ReplicaView("c")]
+    rare, hot = _prefixed(100, 8), _prefixed(101, 7)
+    assert "a" in {r.replica_id for r in p.bounded(views, rare, p.matches(rare, views))}
+    assert "a" not in {r.replica_id for r in p.bounded(views, hot, p.matches(hot, views))}
+    assert "a" not in {r.replica_id for r in p.bounded(views)}  # no request: guards as before
+    # another replica under the guards holding at least half of the prefix: shed as before
+    p.observe(Routed(_prefixed(102, 8), "c", t + 2.0))
+    assert "a" not in {r.replica_id for r in p.bounded(views, rare, p.matches(rare, views))}
