@@ -147,8 +147,15 @@ def live_variants() -> list[Variant]:
 
 
 def livesim_variants() -> list[Variant]:
+    """The live variants, fixed fleets of 1 and 2, and two baseline settings that hold
+    capacity (the best ones on the Azure window at a floor of 2: they never leave it)."""
     static = [Variant("static", f"{n} replicas", {"min_replicas": n}) for n in (1, 2)]
-    return [*live_variants(), *static]
+    holding = [
+        Variant("utilization", "target=0.9, down delay 5 s",
+                {"target_utilization": 0.9, "downscale_delay_s": 5.0}),
+        Variant("ongoing-requests", "target=8, delays 5/30 s", {"target_ongoing_requests": 8.0}),
+    ]  # fmt: skip
+    return [*live_variants(), *holding, *static]
 
 
 def with_floor(variants: list[Variant], floor: int | None) -> list[Variant]:

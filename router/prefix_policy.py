@@ -127,9 +127,9 @@ class PrefixAwarePolicy:
         a replica that took more than ``(1 + share_slack) / n`` of the work routed over the
         last ``share_window_s`` is skipped while it also holds ``min_load_cap`` or more in
         flight, so a hot prefix spreads to more replicas while a lightly loaded owner still
-        serves it (at low load, stickiness is free and share estimates are noise). Neither
-        guard moves a request that would cost a whole prefill elsewhere for a prefix that is
-        not hot (``keeps_sole_holder``)."""
+        serves it (at low load, stickiness is free and share estimates are noise). The
+        burst guard does not move a request that would cost a whole prefill elsewhere for a
+        prefix that is not hot (``keeps_sole_holder``)."""
         cfg = self.config
         within = within_load_bound(healthy, cfg.load_slack, cfg.min_load_cap)
         over = self.load_share.over_share([r.replica_id for r in healthy], cfg.share_slack)
@@ -137,7 +137,7 @@ class PrefixAwarePolicy:
         kept = [r for r in within if r.replica_id not in over or queue_depth(r) < floor] or within
         dropped = {r.replica_id for r in healthy} - {r.replica_id for r in kept}
         if dropped:
-            exempt = self.keeps_sole_holder(request, matches or {}, healthy, dropped)
+            exempt = self.keeps_sole_holder(request, matches or {}, healthy, dropped) - over
             kept = [r for r in healthy if r.replica_id not in dropped or r.replica_id in exempt]
         return kept
 
@@ -150,7 +150,9 @@ class PrefixAwarePolicy:
     ) -> set[str]:
         """Of the replicas the load guards ``dropped``, those kept for this request: the
         ones holding its longest prefix, when no other replica holds even half of it and
-        the prefix itself is not hot (under 1/n of the recent work). Moving such a request
+        the prefix itself is not hot (under 1/n of the recent work). ``bounded`` applies it
+        to the burst guard only: a replica over its sustained share stays filtered (keeping
+        it for rare prefixes too raised live imbalance to 1.49 on one seed). Moving such a request
         costs a whole prefill elsewhere, more work than it takes off the busy replica, so
         the scorers (predicted TTFT first) decide; a hot prefix is still shed, since
         replicating it is what the guards are for. Virtual-time hot prefix (8 L4 replicas,

@@ -90,21 +90,31 @@ def _prefixed(i: int, first: int) -> RequestView:
 
 
 def test_busy_sole_holder_of_a_rare_prefix_is_kept_a_hot_prefix_is_shed() -> None:
-    """Load guards skip a busy replica, but for a rare prefix only it holds, moving the
-    request costs a whole prefill elsewhere: it stays eligible (the scorers decide). A hot
-    prefix (>= 1/n of recent work) is still shed, so it gets replicated."""
-    cfg = RouterConfig.from_dict({"min_load_cap": 2, "load_slack": 0.0, "share_slack": 0.25})
-    p = PrefixAwarePolicy(config=cfg)
-    t = 0.0
-    for k in range(30):  # hot prefix 7 -> "a" (and a little to "b"), rare prefix 8 -> "a" once
-        t += 1.0
-        p.observe(Routed(_prefixed(k, 7), "a" if k % 5 else "b", t))
-    p.observe(Routed(_prefixed(99, 8), "a", t + 1.0))
+    """The burst guard skips a busy replica, but for a rare prefix only it holds, moving
+    the request costs a whole prefill elsewhere: it stays eligible (the scorers decide). A
+    hot prefix (>= 1/n of recent work) is still shed, so it gets replicated; so is every
+    request from a replica over its sustained share (the hot-spot guard)."""
+    # hot prefix 7 -> "a" (a fifth to "b"), rare prefix 8 -> "a" once
+    events = [Routed(_prefixed(k, 7), "a" if k % 5 else "b", float(k + 1)) for k in range(30)]
+    events.append(Routed(_prefixed(99, 8), "a", 31.0))
+    no_share_guard = {"min_load_cap": 2, "load_slack": 0.0, "share_slack": 100.0}
+    p = PrefixAwarePolicy(config=RouterConfig.from_dict(no_share_guard))
+    for ev in events:
+        p.observe(ev)
     views = [ReplicaView("a", ongoing=6), ReplicaView("b", ongoing=1), ReplicaView("c")]
     rare, hot = _prefixed(100, 8), _prefixed(101, 7)
-    assert "a" in {r.replica_id for r in p.bounded(views, rare, p.matches(rare, views))}
-    assert "a" not in {r.replica_id for r in p.bounded(views, hot, p.matches(hot, views))}
+
+    def kept(policy: PrefixAwarePolicy, req: RequestView) -> set[str]:
+        return {r.replica_id for r in policy.bounded(views, req, policy.matches(req, views))}
+
+    assert "a" in kept(p, rare)
+    assert "a" not in kept(p, hot)
     assert "a" not in {r.replica_id for r in p.bounded(views)}  # no request: guards as before
+    # "a" over its sustained share (default share_slack 0.25): the hot-spot guard still holds
+    shared = PrefixAwarePolicy(config=RouterConfig.from_dict({"min_load_cap": 2}))
+    for ev in events:
+        shared.observe(ev)
+    assert "a" not in kept(shared, rare)
     # another replica under the guards holding at least half of the prefix: shed as before
-    p.observe(Routed(_prefixed(102, 8), "c", t + 2.0))
-    assert "a" not in {r.replica_id for r in p.bounded(views, rare, p.matches(rare, views))}
+    p.observe(Routed(_prefixed(102, 8), "c", 32.0))
+    assert "a" not in kept(p, rare)
