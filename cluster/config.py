@@ -172,7 +172,10 @@ class AutoscalingSection(_Strict):
     look_back_period_s: float = Field(
         2.0, gt=0, description="Window over which pushed metrics are averaged."
     )
-    params: dict[str, Any] = Field(default_factory=dict, description="Policy-specific knobs.")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Policy-specific knobs; a key the chosen policy does not read is an error.",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingSection:
