@@ -150,8 +150,9 @@ def test_up_autoscale_scales_1_to_n_to_1_under_bench_load(
     rate, n = 4.0, 40
     one = EngineCore(CoreConfig(model="smollm2-135m", hardware="cpu", block_size=16))
     prompt = max(64, min(1500, round(3.0 * one.stats().prefill_tokens_per_s / rate)))
+    port = PORT + 1  # own ports: the crash test before may leave 8131/18131 briefly taken
     yaml_text = (
-        f"server:\n  port: {PORT}\n  metrics_export_port: 18131\n"
+        f"server:\n  port: {port}\n  metrics_export_port: {port + 10_000}\n"
         "replicas:\n  num_cpus: 0.1\n"
         "engine:\n  sim:\n    hardware: cpu\n    model_profile: smollm2-135m\n"
         "autoscaling:\n  min_replicas: 1\n  max_replicas: 3\n  ttft_slo_s: 2.0\n"
@@ -176,7 +177,7 @@ def test_up_autoscale_scales_1_to_n_to_1_under_bench_load(
         poll_until(lambda: seen[-1] == 1, 60)
         assert seen[-1] == 1, seen
         bench = subprocess.Popen(
-            LLMFLEET + ["bench", "--url", f"http://127.0.0.1:{PORT}", "--no-progress",
+            LLMFLEET + ["bench", "--url", f"http://127.0.0.1:{port}", "--no-progress",
                         "--dataset", f"random:input={prompt},output=8,spread=0",
                         "--rate", str(rate), "--arrival", "constant", "--num-requests", str(n),
                         "--duration", "15", "--timeout", "60", "--seed", "3", "--out", str(out)],
