@@ -25,3 +25,23 @@ def test_ray_p2c_uses_serve_default_router_and_faults_are_opt_in() -> None:
     assert router_options(cfg, block_size=16) == {}
     spec = engine_spec(cfg, "/models/x")
     assert spec["type"] == "sim" and spec["faults"] == {"fail_after_tokens": 3}
+
+
+def test_sim_batch_limits_default_to_the_hardware_profile() -> None:
+    """Unset, a simulated L4 batches like vLLM's OpenAI server on a GPU under 70 GiB (2048
+    tokens per step), not like the CPU engine (512): with 512, a 512-token prompt beside one
+    running decode needed a second step and cache hits paid ~70 ms more under load."""
+    from replicas.sim.engine import SimEngine
+
+    def limits(sim: dict[str, object]) -> tuple[int, int]:
+        cfg = parse_config({"engine": {"type": "sim", "sim": sim}})
+        settings = dict(engine_spec(cfg, "/models/x")["settings"])
+        settings.pop("tokenizer_path")
+        sched = SimEngine(**settings).core.scheduler.config
+        return sched.max_num_batched_tokens, sched.max_num_seqs
+
+    assert limits({"hardware": "l4", "model_profile": "llama-3-8b"}) == (2048, 256)
+    assert limits({"hardware": "h100", "model_profile": "llama-3-8b"}) == (8192, 256)
+    assert limits({"hardware": "cpu"}) == (512, 32)
+    explicit = {"hardware": "l4", "model_profile": "llama-3-8b", "max_num_batched_tokens": 512}
+    assert limits({**explicit, "max_num_seqs": 8}) == (512, 8)
