@@ -95,10 +95,14 @@ class SimArgs(_Strict):
         46_000, ge=16, description="Simulated KV capacity per replica in tokens."
     )
     max_num_seqs: int | None = Field(
-        None, ge=1, description="Most sequences in one batch; unset: the hardware profile's (256 on the GPU profiles, 32 on cpu)."
+        None,
+        ge=1,
+        description="Most sequences in one batch; unset: the hardware profile's (256 on the GPU profiles, 32 on cpu).",
     )
     max_num_batched_tokens: int | None = Field(
-        None, ge=16, description="Per-step token budget; unset: the hardware profile's (2048 on l4, vLLM's OpenAI-server default below 70 GiB; 8192 on h100/h200/a100; 512 on cpu)."
+        None,
+        ge=16,
+        description="Per-step token budget; unset: the hardware profile's (2048 on l4, vLLM's OpenAI-server default below 70 GiB; 8192 on h100/h200/a100; 512 on cpu).",
     )
     batching: Literal["continuous", "static", "dynamic"] = Field(
         "continuous", description="Batching schedule."

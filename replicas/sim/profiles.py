@@ -123,7 +123,16 @@ HARDWARE: dict[str, HardwareProfile] = {
     # vLLM's OpenAI-server batch defaults: 8192 tokens per step on GPUs with >= 70 GiB (not
     # A100), 2048 below; the A100 profile keeps 8192 (LLM-class default), as results were made.
     "l4": HardwareProfile(
-        "l4", 121e12, 300e9, 24e9, 32e9, 0.5, 0.8, 5e-4, 3e-6, 2e-5,
+        "l4",
+        121e12,
+        300e9,
+        24e9,
+        32e9,
+        0.5,
+        0.8,
+        5e-4,
+        3e-6,
+        2e-5,
         default_max_num_batched_tokens=2048,
     ),  # fmt: skip
     "cpu": cpu_profile(CPU_FIT),
