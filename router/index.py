@@ -166,6 +166,11 @@ class PrefixIndex:
             return len(self._lru.get(replica_id, ()))
         return sum(len(lru) for lru in self._lru.values())
 
+    def fill(self, replica_ids: Sequence[str]) -> dict[str, float]:
+        """Indexed blocks / capacity per replica (the spread scorer's input; hot path)."""
+        lru, cap, default = self._lru, self._capacity, self._default_capacity
+        return {rid: len(lru.get(rid, ())) / cap.get(rid, default) for rid in replica_ids}
+
     def num_hashes(self) -> int:
         return len(self._masks)
 

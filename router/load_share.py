@@ -19,38 +19,52 @@ from collections import OrderedDict
 
 
 class LoadShare:
+    """Values are kept scaled to a common reference time (``v * exp((at - ref) / window)``):
+    decay multiplies every replica by the same factor, so shares need no ``exp`` per replica
+    (this ran on every decision, for every replica). ``ref`` moves forward, rescaling the
+    values, before the factor could overflow."""
+
+    REBASE_WINDOWS = 50.0  # exp(50) ~ 5e21: far from float overflow, rebased long before
+
     def __init__(self, window_s: float = 30.0) -> None:
         if window_s <= 0:
             raise ValueError("window_s must be > 0")
         self.window_s = window_s
-        self._value: dict[str, float] = {}
-        self._at: dict[str, float] = {}
+        self._scaled: dict[str, float] = {}
+        self._ref: float | None = None
         self._now = -math.inf
 
     def add(self, replica_id: str, weight: float, now: float) -> None:
         self._now = max(self._now, now)
-        self._value[replica_id] = self._decayed(replica_id) + weight
-        self._at[replica_id] = self._now
+        if self._ref is None:
+            self._ref = self._now
+        elif (self._now - self._ref) / self.window_s > self.REBASE_WINDOWS:
+            factor = math.exp(-(self._now - self._ref) / self.window_s)
+            self._scaled = {rid: v * factor for rid, v in self._scaled.items() if v * factor}
+            self._ref = self._now
+        gain = math.exp((self._now - self._ref) / self.window_s)
+        self._scaled[replica_id] = self._scaled.get(replica_id, 0.0) + weight * gain
 
     def drop(self, replica_id: str) -> None:
-        self._value.pop(replica_id, None)
-        self._at.pop(replica_id, None)
+        self._scaled.pop(replica_id, None)
 
-    def _decayed(self, replica_id: str) -> float:
-        v = self._value.get(replica_id, 0.0)
-        if v == 0.0:
+    def _decay(self) -> float:
+        """Factor from scaled values to decayed values at the last event's time."""
+        if self._ref is None:
             return 0.0
-        return v * math.exp(-(self._now - self._at[replica_id]) / self.window_s)
+        return math.exp(-(self._now - self._ref) / self.window_s)
 
     def total(self, replica_ids: list[str], now: float | None = None) -> float:
         """Decayed work routed to ``replica_ids``, as of ``now`` (default: the last event)."""
         if now is not None:
             self._now = max(self._now, now)
-        return sum(self._decayed(rid) for rid in replica_ids)
+        scaled = self._scaled
+        return sum(scaled.get(rid, 0.0) for rid in replica_ids) * self._decay()
 
     def shares(self, replica_ids: list[str]) -> dict[str, float]:
         """Each replica's fraction of the decayed work routed to ``replica_ids`` (0 if none)."""
-        vals = {rid: self._decayed(rid) for rid in replica_ids}
+        scaled = self._scaled
+        vals = {rid: scaled.get(rid, 0.0) for rid in replica_ids}
         total = sum(vals.values())
         if total <= 0.0:
             return dict.fromkeys(replica_ids, 0.0)
@@ -60,8 +74,13 @@ class LoadShare:
         """Replicas above ``(1 + slack)`` times an equal share among ``replica_ids``."""
         if len(replica_ids) < 2:
             return set()
-        cap = (1.0 + slack) / len(replica_ids)
-        return {rid for rid, s in self.shares(replica_ids).items() if s > cap}
+        scaled = self._scaled
+        vals = [(rid, scaled.get(rid, 0.0)) for rid in replica_ids]
+        total = sum(v for _, v in vals)
+        if total <= 0.0:
+            return set()
+        bar = (1.0 + slack) / len(replica_ids) * total
+        return {rid for rid, v in vals if v > bar}
 
 
 class PrefixHeat:

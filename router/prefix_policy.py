@@ -89,8 +89,7 @@ class PrefixAwarePolicy:
     def cache_fill(self, replicas: Sequence[ReplicaView]) -> dict[str, float]:
         if self.cache_lookup is not None:
             return {}  # oracle mode keeps no index
-        idx = self.index
-        return {r.replica_id: idx.size(r.replica_id) / idx.capacity(r.replica_id) for r in replicas}
+        return self.index.fill([r.replica_id for r in replicas])
 
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> RoutingDecision:
         healthy = available(replicas)

@@ -166,26 +166,44 @@ def weighted_scores(
 
 
 def fused_scores(ctx: ScoringContext, replicas: list[ReplicaView]) -> dict[str, float]:
-    """The built-in scorers in one loop (hot path; equal to the generic sum, tested)."""
+    """The built-in scorers in one loop (hot path; equal to the generic sum, tested).
+
+    Terms that do not depend on the replica are added once, weights of 0 skip their term,
+    and clamps are conditionals rather than ``min``/``max`` calls: with 64 replicas this
+    loop was most of a decision's time (``python -m router.microbench``)."""
     cfg, w = ctx.config, ctx.config.weights
     total_blocks = len(ctx.request.block_hashes)
     prompt, bs, matches = ctx.request.prompt_tokens, ctx.block_size, ctx.matches
     q_ref, t_ref, default_rate = cfg.queue_ref, cfg.ttft_ref_s, cfg.default_prefill_tokens_per_s
     fleet, fill, share = ctx.fleet_prefill_tokens_per_s, ctx.cache_fill, ctx.relative_share
+    w_prefix = w.prefix / total_blocks if total_blocks else 0.0
+    w_queue, w_kv, w_spread, w_share = w.queue * q_ref, w.kv, w.spread, w.share
+    w_ttft = w.ttft * t_ref
+    # replica-independent parts: an empty fill/share map scores 1.0 for every replica
+    base = (w_spread if not fill else 0.0) + (w_share if not share else 0.0)
     out: dict[str, float] = {}
     for r in replicas:
-        m = matches.get(r.replica_id, 0)
-        prefix = min(1.0, m / total_blocks) if total_blocks else 0.0
-        q = max(r.ongoing, r.waiting + r.running)
-        kv = 1.0 - min(1.0, max(0.0, r.kv_usage))
-        rate = max(fleet or r.prefill_tokens_per_s or default_rate, 1e-9)
-        t = (max(0, r.waiting_prefill_tokens) + max(0, prompt - m * bs)) / rate
-        out[r.replica_id] = (
-            w.prefix * prefix
-            + w.queue * q_ref / (q_ref + q)
-            + w.kv * kv
-            + w.ttft * t_ref / (t_ref + t)
-            + w.spread * (1.0 - min(1.0, max(0.0, fill.get(r.replica_id, 0.0))))
-            + w.share * _share_score(share.get(r.replica_id, 0.0))
-        )
+        rid = r.replica_id
+        m = matches.get(rid, 0)
+        total = base
+        if w_prefix:
+            total += w_prefix * m if m < total_blocks else w.prefix
+        if w_queue:
+            busy = r.waiting + r.running
+            total += w_queue / (q_ref + (r.ongoing if r.ongoing > busy else busy))
+        if w_kv:
+            u = r.kv_usage
+            total += w_kv * (1.0 if u <= 0.0 else 0.0 if u >= 1.0 else 1.0 - u)
+        if w_ttft:
+            rate = fleet or r.prefill_tokens_per_s or default_rate
+            queued = r.waiting_prefill_tokens
+            uncached = prompt - m * bs
+            tokens = (queued if queued > 0 else 0) + (uncached if uncached > 0 else 0)
+            total += w_ttft / (t_ref + tokens / (rate if rate > 1e-9 else 1e-9))
+        if fill and w_spread:
+            f = fill.get(rid, 0.0)
+            total += w_spread * (1.0 if f <= 0.0 else 0.0 if f >= 1.0 else 1.0 - f)
+        if share and w_share:
+            total += w_share * _share_score(share.get(rid, 0.0))
+        out[rid] = total
     return out

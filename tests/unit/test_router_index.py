@@ -34,6 +34,15 @@ def test_lru_cap_evicts_least_recently_used() -> None:
     assert idx.num_hashes() == 1
 
 
+def test_fill_is_indexed_blocks_over_capacity() -> None:
+    idx = PrefixIndex(default_capacity_blocks=8)
+    idx.set_capacity("a", 4)
+    idx.insert("a", [1, 2, 3])
+    idx.insert("b", [1, 2])  # default capacity
+    assert idx.fill(["a", "b", "c"]) == {"a": 0.75, "b": 0.25, "c": 0.0}
+    assert idx.fill(["a"]) == {"a": idx.size("a") / idx.capacity("a")}
+
+
 def test_remove_and_drop_replica_clear_masks_and_reuse_slots() -> None:
     idx = PrefixIndex()
     idx.insert("a", [1, 2])

@@ -26,6 +26,37 @@ def test_shares_decay_with_the_events_clock() -> None:
         LoadShare(window_s=0)
 
 
+def test_scaled_values_match_direct_decay_over_a_long_run() -> None:
+    """Shares and totals equal a direct per-replica exponential decay, also after hours of
+    events (the scaled values are rebased instead of overflowing)."""
+    import random
+
+    rng = random.Random(5)
+    window = 30.0
+    s = LoadShare(window_s=window)
+    direct: dict[str, tuple[float, float]] = {}  # replica -> (value, at)
+    now = 0.0
+    ids = [f"r{i}" for i in range(6)]
+    for _ in range(20_000):  # ~11 h of events, 2 s apart on average (rebased ~25 times)
+        now += rng.expovariate(0.5)
+        rid = rng.choice(ids[:5])  # r5 never routed
+        v, at = direct.get(rid, (0.0, now))
+        direct[rid] = (v * math.exp(-(now - at) / window) + 9.0, now)
+        s.add(rid, 9.0, now)
+
+    def decayed(rid: str, t: float) -> float:
+        v, at = direct.get(rid, (0.0, t))
+        return v * math.exp(-(t - at) / window)
+
+    total = sum(decayed(r, now) for r in ids)
+    assert s.total(ids) == pytest.approx(total, rel=1e-9)
+    for rid, share in s.shares(ids).items():
+        assert share == pytest.approx(decayed(rid, now) / total, rel=1e-9, abs=1e-12)
+    later = now + 45.0
+    assert s.total(ids, later) == pytest.approx(sum(decayed(r, later) for r in ids), rel=1e-9)
+    assert math.isfinite(max(s.shares(ids).values()))
+
+
 def test_over_share_uses_slack_over_an_equal_split() -> None:
     s = LoadShare(window_s=1e9)
     for rid, w in (("a", 30.0), ("b", 20.0), ("c", 25.0), ("d", 25.0)):

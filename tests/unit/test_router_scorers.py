@@ -86,7 +86,19 @@ def test_config_rejects_unknown_keys_and_bad_values() -> None:
     assert RouterConfig.from_dict({"load_slack": 1}).load_slack == 1.0
 
 
-def test_fused_hot_path_equals_generic_scorer_sum() -> None:
+@pytest.mark.parametrize(
+    ("weights", "with_fill", "with_share", "prompt"),
+    [
+        ({}, True, True, 640),
+        ({}, False, False, 640),
+        ({}, True, False, 8),  # no full block: the prefix term is 0
+        ({"prefix": 0, "kv": 0, "spread": 2.0}, True, True, 640),
+        ({"queue": 0, "ttft": 0, "share": 0}, False, True, 640),
+    ],
+)
+def test_fused_hot_path_equals_generic_scorer_sum(
+    weights: dict[str, float], with_fill: bool, with_share: bool, prompt: int
+) -> None:
     rng = random.Random(2)
     views = [
         ReplicaView(
@@ -94,14 +106,18 @@ def test_fused_hot_path_equals_generic_scorer_sum() -> None:
             ongoing=rng.randint(0, 9),
             waiting=rng.randint(0, 5),
             running=rng.randint(0, 5),
-            waiting_prefill_tokens=rng.randint(0, 5000),
-            kv_usage=rng.random(),
+            waiting_prefill_tokens=rng.randint(-10, 5000),
+            kv_usage=rng.uniform(-0.2, 1.2),
             prefill_tokens_per_s=rng.choice([0.0, 800.0, 5000.0]),
         )
         for i in range(20)
     ]
-    ctx = _ctx(640, {f"r{i}": rng.randint(0, 40) for i in range(20)})
-    ctx = replace(ctx, relative_share={f"r{i}": rng.random() * 3 for i in range(20)})
+    cfg = RouterConfig.from_dict({"weights": weights})
+    ctx = _ctx(prompt, {f"r{i}": rng.randint(0, 60) for i in range(20)}, cfg)
+    if with_fill:  # some replicas missing from the map, some fills out of [0, 1]
+        ctx = replace(ctx, cache_fill={f"r{i}": rng.uniform(-0.2, 1.2) for i in range(15)})
+    if with_share:
+        ctx = replace(ctx, relative_share={f"r{i}": rng.random() * 3 for i in range(15)})
     fused = weighted_scores(ctx, views)
     generic = weighted_scores(ctx, views, scorers=tuple(list(ALL_SCORERS)))
     assert fused.keys() == generic.keys()
