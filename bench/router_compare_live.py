@@ -27,6 +27,7 @@ from typing import Any
 from bench.router_compare_metrics import (
     PolicyRow,
     after_warmup,
+    idle_arrival_bound,
     imbalance_from_samples,
     median_run,
     policy_row,
@@ -183,7 +184,12 @@ def run_workload(
     row = policy_row(policy, result, steady, setup.num_replicas)
     steady_samples = [inflight for t, inflight in samples if t >= w.warmup_s]
     row = row.with_imbalance(imbalance_from_samples(steady_samples, setup.num_replicas))
-    row = replace(row, ttft_p95_whole_ms=whole["ttft_ms"]["p95"])
+    row = replace(
+        row,
+        ttft_p95_whole_ms=whole["ttft_ms"]["p95"],
+        ttft_min_ms=min((r.ttft_s * 1000 for r in steady if r.ttft_s is not None), default=None),
+        idle_arrival_max=idle_arrival_bound(steady, setup.num_replicas),
+    )
     return result, outcome.records, row
 
 

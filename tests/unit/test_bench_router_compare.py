@@ -25,6 +25,7 @@ from bench.router_compare_metrics import (
     after_warmup,
     goals,
     hit_rate,
+    idle_arrival_bound,
     imbalance,
     imbalance_from_samples,
     markdown_table,
@@ -71,6 +72,28 @@ def test_imbalance_ignores_failures_and_unknown_replicas() -> None:
     ]
     assert imbalance(records, 2) == pytest.approx(1.0)
     assert imbalance([], 8) is None
+
+
+def test_idle_arrival_bound_fits_the_shortest_decodes_into_replica_time() -> None:
+    # one request per second for 10 s, each decoding 3.9 s (E2E 4 s, TTFT 0.1 s): the run
+    # spans 0..13 s, so one replica fits 3 such busy periods (11.7 s), two fit 6
+    records = [rec(i, None, e2e=4.0) for i in range(10)]
+    assert idle_arrival_bound(records, 1) == pytest.approx(0.3)
+    assert idle_arrival_bound(records, 2) == pytest.approx(0.6)
+    assert idle_arrival_bound(records, 8) == 1.0
+    # shorter decodes fit first (5 x 0.5 s + one 3.9 s in a 9.6-s run); failures do not count
+    short = [rec(i, None, e2e=0.6) for i in range(5, 10)]
+    mixed = [*records[:5], *short, rec(10, None, 1.0, error="x")]
+    assert idle_arrival_bound(mixed, 1) == pytest.approx(0.6)
+    assert idle_arrival_bound([], 4) is None
+
+
+def test_reach_note_for_our_live_row() -> None:
+    ours = replace(row("prefix", 150.0), ttft_min_ms=76.4, idle_arrival_max=0.78)
+    text = markdown_table("t", [ours, row("ray-prefix", 153.0)], [])
+    assert "fastest TTFT 76 ms; at most 78 % of requests can arrive at an idle replica" in text
+    assert "at least 22 % wait" in text
+    assert "reach" not in markdown_table("t", [row("prefix", 150.0)], [])
 
 
 def test_imbalance_from_samples() -> None:
