@@ -5,8 +5,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 ARGS ?=
+SRC := contracts replicas router autoscaler bench cluster experiments
 
-.PHONY: install model run test lint unit bench-overhead bench-fidelity bench-replicas bench-router bench-autoscale calibrate-sim clean
+.PHONY: install model run test lint unit bench-overhead bench-fidelity bench-replicas bench-router bench-autoscale bench-batching calibrate-sim clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,9 +27,10 @@ run: model
 	$(VENV)/bin/llmfleet up $(ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check cluster replicas router autoscaler bench tests
-	$(VENV)/bin/ruff format --check cluster replicas router autoscaler bench tests
-	$(VENV)/bin/mypy router autoscaler
+	$(VENV)/bin/ruff check $(SRC) tests
+	$(VENV)/bin/ruff format --check $(SRC) tests
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy router autoscaler contracts
 
 test: model lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
@@ -37,22 +39,25 @@ unit: install
 	$(VENV)/bin/pytest -q tests/unit
 
 bench-overhead: model
-	$(PY) -m bench.overhead --out results/overhead.json
+	$(PY) -m experiments.overhead.overhead --out results/overhead.json
 
 bench-fidelity: model
-	$(PY) -m bench.fidelity --out results/fidelity.json
+	$(PY) -m experiments.fidelity.fidelity --out results/fidelity.json
 
 clean:
 	rm -rf $(VENV) .cache results
 
 bench-replicas: model
-	$(PY) -m bench.replica_count --out results/replica_count.json
+	$(PY) -m experiments.overhead.replica_count --out results/replica_count.json
 
 bench-router: model
-	$(PY) -m bench.router_compare --mode all --out results/router
+	$(PY) -m experiments.routing.compare --mode all --out results/router
 
 bench-autoscale: model
-	$(PY) -m bench.autoscale_compare --mode all --out results/autoscale
+	$(PY) -m experiments.autoscaling.compare --mode all --out results/autoscale
+
+bench-batching: install
+	$(PY) -m experiments.batching.batching --out-dir results
 
 calibrate-sim: model
-	$(PY) -m replicas.sim.calibrate --out replicas/sim/cpu_fit.json
+	$(PY) -m experiments.calibration.calibrate --out replicas/sim/cpu_fit.json

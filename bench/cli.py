@@ -30,13 +30,9 @@ from bench.types import RequestSpec
 MAX_REQUESTS = 100_000
 
 
-def _default_tokenizer() -> str:
-    from replicas.model_prep import default_model_dir
-
-    return str(default_model_dir())
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, default_tokenizer: str | None = None) -> None:
+    """``default_tokenizer``: the tokenizer used without ``--tokenizer`` (``llmfleet bench``
+    passes the default model's directory; the load generator itself knows no model)."""
     a = parser.add_argument
     a("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
     a("--model", default=None, help="model name (default: first id from GET /v1/models)")
@@ -61,7 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--seed", type=int, default=0)
     a("--out", type=Path, required=True, help="result JSON (per-request JSONL beside it)")
     a("--plot", type=Path, default=None, help="PNG plot")
-    a("--tokenizer", default=None, help="HF tokenizer dir ('none' = synthetic ids)")
+    a(
+        "--tokenizer",
+        default=default_tokenizer,
+        help="HF tokenizer dir ('none' = synthetic ids; default: the default model's)",
+    )
     a("--endpoint", choices=("completions", "chat"), default="completions")
     a(
         "--prompt-format",
@@ -183,7 +183,7 @@ async def _main(args: argparse.Namespace) -> int:
         args.timeout,
         ignore_eos=not args.no_ignore_eos,
     )
-    tok_path = args.tokenizer or _default_tokenizer()
+    tok_path = args.tokenizer or "none"
     ctx = _Ctx(
         args,
         load_tokenizer(tok_path if Path(tok_path).exists() or tok_path == "none" else None),
@@ -242,9 +242,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, default_tokenizer: str | None = None) -> int:
     parser = argparse.ArgumentParser(prog="llmfleet bench", description=__doc__.split("\n")[0])
-    add_arguments(parser)
+    add_arguments(parser, default_tokenizer)
     return run(parser.parse_args(argv))
 
 

@@ -171,21 +171,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_down)
     p = sub.add_parser("prepare-model", help="convert the default model once (no hub)")
     p.set_defaults(func=lambda a: __import__("replicas.model_prep", fromlist=["main"]).main([]))
-    _add_plugin(sub, "bench", "bench.cli", "load generator and SLA report")
-    _add_plugin(sub, "sim", "replicas.sim.cli", "virtual-time cluster simulation")
+    _add_bench(sub)
+    _add_sim(sub)
     return parser
 
 
-def _add_plugin(sub: Any, name: str, module: str, help_text: str) -> None:
-    import importlib
+def _add_bench(sub: Any) -> None:
+    from bench import cli as bench_cli
+    from replicas.model_prep import default_model_dir
 
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
-        return
-    p = sub.add_parser(name, help=help_text)
-    mod.add_arguments(p)
-    p.set_defaults(func=mod.run)
+    p = sub.add_parser("bench", help="load generator and SLA report")
+    bench_cli.add_arguments(p, default_tokenizer=str(default_model_dir()))
+    p.set_defaults(func=bench_cli.run)
+
+
+def _add_sim(sub: Any) -> None:
+    from cluster.twin import cli as twin_cli
+
+    p = sub.add_parser("sim", help="virtual-time twin of a fleet (simulated replicas)")
+    twin_cli.add_arguments(p)
+    p.set_defaults(func=twin_cli.run)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from ray import serve
 from cluster.openai_format import SSE_DONE, Formatter, sse, usage
 from cluster.openai_protocol import APIError, ChatRequest, CompletionRequest, decode_json, validate
 from cluster.request_prep import Limits, prepare
-from cluster.status_registry import fleet_snapshot
+from replicas.status_registry import fleet_snapshot
 
 log = logging.getLogger("llmfleet.ingress")
 app = FastAPI(title="llmfleet", docs_url=None, redoc_url=None)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cluster.openai_protocol import APIError, ChatRequest, CompletionRequest
-from router.hashing import block_hashes
+from contracts.hashing import block_hashes
 from router.ray_compat import RoutedPayload
 from router.types import RequestView
 

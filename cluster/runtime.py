@@ -53,7 +53,7 @@ def deploy(cfg: FleetConfig, *, enable_metrics: bool = True) -> str:
     from ray import serve
 
     from cluster.app import APP_NAME, build_app
-    from cluster.status_registry import ensure_status_actor
+    from replicas.status_registry import ensure_status_actor
 
     ensure_status_actor()
     serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})

@@ -79,7 +79,7 @@ class LLMReplica:
         self._report_task = asyncio.get_running_loop().create_task(self._report_loop())
 
     async def _report_loop(self) -> None:
-        from cluster.status_registry import get_status_actor
+        from replicas.status_registry import get_status_actor
 
         replica_id = self.replica_id
         status = None

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgpack
 
-from router.hashing import ROOT_HASH, block_hashes
+from contracts.hashing import ROOT_HASH, block_hashes
 from router.types import KVBlocksRemoved, KVBlocksStored
 
 STORED_FIELDS = (

@@ -170,7 +170,7 @@ def fused_scores(ctx: ScoringContext, replicas: list[ReplicaView]) -> dict[str, 
 
     Terms that do not depend on the replica are added once, weights of 0 skip their term,
     and clamps are conditionals rather than ``min``/``max`` calls: with 64 replicas this
-    loop was most of a decision's time (``python -m router.microbench``)."""
+    loop was most of a decision's time (``python -m experiments.routing.microbench``)."""
     cfg, w = ctx.config, ctx.config.weights
     total_blocks = len(ctx.request.block_hashes)
     prompt, bs, matches = ctx.request.prompt_tokens, ctx.block_size, ctx.matches

@@ -18,7 +18,7 @@ class RequestView:
     request_id: str
     model: str
     token_ids: tuple[int, ...]  # prompt after the chat template
-    block_hashes: tuple[int, ...]  # chained hashes of the prompt's full blocks (router.hashing)
+    block_hashes: tuple[int, ...]  # chained hashes of the prompt's full blocks (contracts.hashing)
     expected_output_tokens: int
     session_id: str | None = None
 
@@ -76,7 +76,7 @@ class ReplicaGone:
 @dataclass(frozen=True, slots=True)
 class KVBlocksStored:
     replica_id: str
-    block_hashes: tuple[int, ...]  # our chained hashes (router.hashing), parent first
+    block_hashes: tuple[int, ...]  # our chained hashes (contracts.hashing), parent first
     now: float
 
 

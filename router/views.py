@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from router.hashing import block_hashes
+from contracts.hashing import block_hashes
 from router.types import ReplicaView, RequestView
 
 

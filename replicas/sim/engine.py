@@ -16,11 +16,11 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Callable
 
+from contracts.hashing import block_hashes
 from replicas.engine import FINISH_ABORT, Delta, EngineStats, GenerateRequest
 from replicas.sim.core import CoreConfig, EngineCore
 from replicas.sim.kv_cache import KVEventCallback
 from replicas.sim.request import FINISHED, SimRequest
-from router.hashing import block_hashes
 
 VOCAB_RANGE = (1000, 30000)
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
+from contracts.hashing import ROOT_HASH, hash_block
 from replicas.sim.request import SimRequest
-from router.hashing import ROOT_HASH, hash_block
 
 KVEventCallback = Callable[[str, tuple[int, ...]], None]
 STORED = "stored"

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from bench.autoscale_live import (
+from bench.tokens import TokenSource
+from bench.types import RequestSpec
+from experiments.autoscaling.live import (
     LiveSetup,
     first_time_at_least,
     fleet_config,
     replica_count,
     run_live,
 )
-from bench.tokens import TokenSource
-from bench.types import RequestSpec
 from tests.serve_fixtures import TEST_URL, delete_app, deploy_app, post
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(240)]

@@ -8,8 +8,9 @@ import random
 import pytest
 
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, State
-from bench.autoscale_compare import Variant
-from bench.autoscale_metrics import (
+from bench.types import RequestRecord
+from experiments.autoscaling.compare import Variant
+from experiments.autoscaling.metrics import (
     Sample,
     goal_check,
     markdown_table,
@@ -18,10 +19,9 @@ from bench.autoscale_metrics import (
     scale_events,
     scorecard,
 )
-from bench.autoscale_plot import ttft_buckets
-from bench.autoscale_report import pick_best
-from bench.autoscale_workloads import LookBackRecorder, StepLoad, step_arrivals, step_specs
-from bench.types import RequestRecord
+from experiments.autoscaling.plot import ttft_buckets
+from experiments.autoscaling.report import pick_best
+from experiments.autoscaling.workloads import LookBackRecorder, StepLoad, step_arrivals, step_specs
 
 
 def _samples(counts: list[int], dt: float = 1.0) -> list[Sample]:
@@ -123,8 +123,8 @@ def test_ttft_buckets_take_p95_of_each_bucket_and_skip_failures() -> None:
 
 
 def test_tiny_virtual_time_run_scales_up_on_a_step() -> None:
-    from bench.autoscale_metrics import scorecard as card
-    from bench.autoscale_sim import SimSetup, run_sim
+    from experiments.autoscaling.metrics import scorecard as card
+    from experiments.autoscaling.sim import SimSetup, run_sim
 
     load = StepLoad(rate=2.0, factor=4.0, phases=(60.0, 60.0, 60.0))
     specs = step_specs(load, [(2000, 20)], seed=2)
@@ -138,15 +138,15 @@ def test_tiny_virtual_time_run_scales_up_on_a_step() -> None:
 
 
 def test_queue_buckets_keep_the_worst_sample() -> None:
-    from bench.autoscale_plot import queue_buckets
+    from experiments.autoscaling.plot import queue_buckets
 
     s = [Sample(0.1, 1, 0.0), Sample(0.6, 1, 2.0), Sample(1.2, 1, 0.5), Sample(3.0, 1, 0.0)]
     assert queue_buckets(s, 1.0) == ([0.5, 1.5, 3.5], [2.0, 0.5, 0.0])
 
 
 def test_trace_window_rebases_and_compresses() -> None:
-    from bench.autoscale_workloads import trace_window
     from bench.types import RequestSpec
+    from experiments.autoscaling.workloads import trace_window
 
     specs = [RequestSpec(i, (1,), 1, arrival_s=float(t)) for i, t in enumerate([5, 10, 12, 20])]
     out = trace_window(specs, 10.0, 20.0, time_scale=0.5)
@@ -154,7 +154,7 @@ def test_trace_window_rebases_and_compresses() -> None:
 
 
 def test_live_model_run_keeps_the_clock_going_for_the_tail_without_counting_the_probe() -> None:
-    from bench.autoscale_sim import LIVE_MODEL, run_sim
+    from experiments.autoscaling.sim import LIVE_MODEL, run_sim
 
     specs = step_specs(StepLoad(1.0, phases=(5.0, 5.0, 5.0)), [(200, 10)], seed=3)
     last = max(float(s.arrival_s or 0.0) for s in specs)
@@ -164,7 +164,7 @@ def test_live_model_run_keeps_the_clock_going_for_the_tail_without_counting_the_
 
 
 def test_live_workloads_include_a_step_that_needs_two_replicas() -> None:
-    from bench.autoscale_compare import LIVE_STEP_HEAVY, WORKLOADS, live_variants, workload
+    from experiments.autoscaling.compare import LIVE_STEP_HEAVY, WORKLOADS, live_variants, workload
 
     assert WORKLOADS["live"] == WORKLOADS["livesim"] == ("step", "azure", "step-heavy")
     specs, load = workload("live", "step-heavy")
@@ -180,7 +180,7 @@ def test_live_workloads_include_a_step_that_needs_two_replicas() -> None:
 
 
 def test_floor_applies_to_every_autoscaled_variant_and_drops_smaller_fixed_fleets() -> None:
-    from bench.autoscale_compare import livesim_variants, with_floor
+    from experiments.autoscaling.compare import livesim_variants, with_floor
 
     base = livesim_variants()
     assert with_floor(base, None) is base
@@ -199,8 +199,8 @@ def test_floor_applies_to_every_autoscaled_variant_and_drops_smaller_fixed_fleet
 
 
 def test_live_variant_floor_is_the_deployments_min_replicas_not_a_policy_param() -> None:
-    from bench.autoscale_live import LiveSetup, fleet_config, split_overrides
     from cluster.config import parse_config
+    from experiments.autoscaling.live import LiveSetup, fleet_config, split_overrides
 
     overrides = {"min_replicas": 2, "target_ongoing_requests": 2.0, "upscale_delay_s": 2.0}
     setup, params, top = split_overrides(LiveSetup(), overrides)

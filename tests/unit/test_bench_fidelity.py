@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.fidelity_vllm import _compare
 from bench.report import summarize
 from bench.types import RequestRecord
+from experiments.fidelity.vllm_client import _compare
 
 
 def test_compare_lines_up_metric_names_and_diff() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -9,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from bench.report import summarize
-from bench.router_compare import (
+from bench.types import RequestRecord
+from cluster.twin import cli as twin_cli
+from contracts.hashing import block_hashes
+from experiments.routing.compare import (
     live_sim_setup,
     main,
     merge_scenarios,
@@ -20,7 +24,7 @@ from bench.router_compare import (
     with_earlier_rows,
     write_outputs,
 )
-from bench.router_compare_metrics import (
+from experiments.routing.metrics import (
     PolicyRow,
     after_warmup,
     goals,
@@ -34,9 +38,7 @@ from bench.router_compare_metrics import (
     policy_row,
     scenario_result,
 )
-from bench.router_compare_sim import SimScenario, parse_sim_args
-from bench.types import RequestRecord
-from router.hashing import block_hashes
+from experiments.routing.sim import SimScenario
 from router.ray_compat import RoutedPayload, prompt_text
 from router.registry import make_policy
 from router.scorers import fleet_rate
@@ -208,16 +210,14 @@ def test_write_outputs_keeps_other_modes(tmp_path: Path) -> None:
     assert (tmp_path / "router_compare.png").stat().st_size > 0
 
 
-def test_sim_args_match_the_simulator_cli() -> None:
+def test_scenario_builds_the_same_twin_as_the_cli() -> None:
     sc = SimScenario(num_requests=50, time_scale=0.5)
-    args = parse_sim_args(sc, "prefix-precise")
-    assert (args.replicas, args.hardware, args.model, args.router) == (
-        64,
-        "h100",
-        "llama-3-8b",
-        "prefix-precise",
-    )
-    assert args.num_requests == 50 and args.time_scale == 0.5 and args.slo == "ttft_ms=2000"
+    parser = argparse.ArgumentParser()
+    twin_cli.add_arguments(parser)
+    argv = ["--replicas", "64", "--hardware", "h100", "--model", "llama-3-8b"]
+    argv += ["--router", "prefix-precise", "--workload", "x", "--out", "x.json"]
+    assert sc.twin_spec("prefix-precise") == twin_cli.spec_from_args(parser.parse_args(argv))
+    assert sc.twin_spec("prefix").router == "prefix"
 
 
 def test_quick_live_setup_caps_requests() -> None:

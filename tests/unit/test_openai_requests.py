@@ -5,7 +5,7 @@ import pytest
 from cluster.openai_format import SSE_DONE, Formatter, sse, usage
 from cluster.openai_protocol import APIError, ChatRequest, CompletionRequest, decode_json, validate
 from cluster.request_prep import Limits, prepare
-from router.hashing import block_hashes
+from contracts.hashing import block_hashes
 
 LIMITS = Limits(
     served_name="m", max_model_len=256, max_tokens_cap=100, default_max_tokens=50, block_size=16

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from router.hashing import block_hashes
+from contracts.hashing import block_hashes
 from router.index import PrefixIndex
 from router.prefix_policy import PrefixAwarePolicy
 from router.types import ReplicaView, RequestView, Routed

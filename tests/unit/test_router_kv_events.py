@@ -9,7 +9,7 @@ import msgpack
 import pytest
 import zmq
 
-from router.hashing import block_hashes
+from contracts.hashing import block_hashes
 from router.kv_events import KVEventTranslator, decode_payload
 from router.kv_subscriber import KVEventSubscriber
 from router.prefix_policy import MODE_PRECISE, PrefixAwarePolicy

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from replicas.sim import profiles
-from replicas.sim.calibrate_fit import Sample, fit_cpu_profile
-from replicas.sim.calibrate_metrics import (
+from experiments.calibration.fit import Sample, fit_cpu_profile
+from experiments.calibration.metrics import (
     Summary,
     compare,
     decode_sample,
@@ -18,7 +17,8 @@ from replicas.sim.calibrate_metrics import (
     prefill_shapes,
     summarize,
 )
-from replicas.sim.calibrate_workload import HeldoutSpec, Trace, decode_grid, heldout
+from experiments.calibration.workload import HeldoutSpec, Trace, decode_grid, heldout
+from replicas.sim import profiles
 from replicas.sim.cost import BatchShape, CostModel
 
 MODEL = profiles.model("smollm2-135m")

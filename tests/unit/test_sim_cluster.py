@@ -10,11 +10,11 @@ import pytest
 
 from autoscaler.types import MetricsSnapshot, ScalingConfig
 from bench.types import RequestSpec
-from replicas.sim import cli
-from replicas.sim.cluster import ClusterConfig, ClusterSim
+from cluster.twin import cli
+from cluster.twin.fleet import ClusterConfig, ClusterSim
+from cluster.twin.results import build_result
+from contracts.hashing import block_hashes
 from replicas.sim.core import CoreConfig
-from replicas.sim.results import build_result
-from router.hashing import block_hashes
 from router.types import (
     Completed,
     KVBlocksStored,

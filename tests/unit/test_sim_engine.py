@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
+from contracts.hashing import block_hashes
 from replicas.engine import Engine, GenerateRequest
 from replicas.sim.engine import SimEngine
-from router.hashing import block_hashes
 
 PROMPT = list(range(1, 70))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from replicas.sim import experiments
+from experiments.batching import batching as experiments
 
 
 def test_chunked_prefill_bounds_decode_stall() -> None:

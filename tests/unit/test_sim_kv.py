@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from contracts.hashing import block_hashes
 from replicas.sim.kv_cache import REMOVED, STORED, BlockPool, KVCacheManager
 from replicas.sim.request import SimRequest
-from router.hashing import block_hashes
 
 BS = 4
 
@@ -101,7 +101,7 @@ def test_duplicate_blocks_cached_once() -> None:
 def test_block_hashes_chain_hash_block() -> None:
     import random
 
-    from router.hashing import ROOT_HASH, hash_block
+    from contracts.hashing import ROOT_HASH, hash_block
 
     rng = random.Random(3)
     for n, bs in ((0, 16), (15, 16), (16, 16), (1000, 16), (700, 128)):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.hashing import block_hashes
 from replicas.sim.kv_cache import BlockPool, KVCacheManager
 from replicas.sim.request import SimRequest
 from replicas.sim.scheduler import Scheduler, SchedulerConfig
-from router.hashing import block_hashes
 
 BS = 4
 

@@ -1,0 +1,321 @@
+"""``make bench-autoscale``: TTFT-queue autoscaling vs Ray's default (ongoing requests) and a
+utilization (HPA-style) rule, side by side, in virtual time and live.
+
+  python -m experiments.autoscaling.compare --mode sim|livesim|live|all --out results/autoscale
+
+- sim: ``replicas.sim`` virtual time, Llama-3-70B on 4×A100 per replica (30 s startup),
+  1..64 replicas, least-loaded routing, metrics averaged over 5 s (Ray's look-back);
+  workloads: the full Azure LLM code hour (8,819 requests, unscaled) and a step
+  (2 → 8 → 2 req/s for 300/600/900 s, lengths drawn from the trace). TTFT-queue runs its
+  defaults and one setting (``SIM_TUNED``, the same on both workloads) at floors 5 and 8;
+  each baseline gets a small knob sweep, including a ``min_replicas`` floor
+  (``SIM_FLOOR``), reaching down to aggressive targets (ongoing 0.5, utilization 0.2) so
+  that some setting of each reaches high attainment and the cost ratio compares like with
+  like; ``static`` rows are fixed fleets for reference. Goal check: against the cheapest
+  ongoing/utilization row that reaches our attainment (or 99 %).
+- live: Ray Serve + simulated SmolLM2-on-CPU replicas in real time, 1..6 replicas, Serve
+  metrics every 0.5 s averaged over 2 s; workloads: a light step (1.5 → 6 → 1.5 req/s for
+  20/30/40 s, trace lengths ×0.1; one replica nearly carries it), a heavy step (2.5 → 10 →
+  2.5 req/s for 30/60/60 s: two replicas in the high phase, one outside it) and Azure trace
+  seconds 1050-1200 (time ×0.5, lengths ×0.05, 75 s). Hold ``flock /tmp/llmfleet-live.lock`` around it. Baselines: their earlier
+  setting and the cheapest on the step in livesim (shorter Ray delays).
+- livesim: the live workloads and variants in virtual time (``autoscale_sim.LIVE_MODEL``:
+  the same engine profile, ~3-s boot, 2-s look-back, a 25-s tail), plus fixed fleets of 1
+  and 2; seconds instead of minutes, so live tuning happens here.
+``--floor N`` (live, livesim) runs every variant at ``min_replicas = N``, rows tagged
+``, floor N``. Each run is saved under ``OUT/runs/``; tables and plots are rebuilt from every saved run
+of a mode, so live workloads can be run in separate (shorter) invocations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from autoscaler.types import ScalingConfig
+from bench.types import RequestSpec
+from experiments.autoscaling.metrics import scorecard
+from experiments.autoscaling.report import report_mode
+from experiments.autoscaling.sim import PolicyRun
+from experiments.autoscaling.workloads import AZURE_TRACE, StepLoad
+
+SLO_S = 2.0
+# One TTFT-queue setting for both sim workloads (library defaults in TTFTQueueParams): count
+# replica boot (30 s) against the backlog (an instant burst the fleet drains before new
+# replicas boot is no reason to add them); sustained arrivals over 15 s instead of 3 s,
+# kept under 0.55 prefill utilisation going up and 0.45 going down (with a 2-s SLO and
+# ~1.5-s prefills of the largest prompts, a replica 90 % busy with prefill already misses
+# the SLO); a burst reserve for the largest transient arrival peak of the last 15 min at
+# 0.4 utilisation. The step's jump is released as a level shift within a minute or two
+# (measured: 12 replicas for ~1.5 min, then 8 — 99.20 % at 11,319 replica-s), the Azure
+# hour's bursts are not (measured: 15-37 replicas between bursts — 99.04 % at 81,008 from
+# a floor of 8, below the 82,733 of a fixed 24; adding the surge reserve changed nothing).
+SIM_TUNED: dict[str, Any] = {
+    "boot_s": 30.0, "growth_tau_s": 15.0, "up_utilization": 0.55, "down_utilization": 0.45,
+    "burst_hold_s": 900.0, "burst_utilization": 0.4,
+}  # fmt: skip
+# Floors the one setting is run at, on both workloads. No single floor meets the goal on
+# both: the step's cost goal needs 5 (each extra replica costs 1,200 replica-s of its low
+# phases, past 0.8x), while the Azure hour's first burst (t = 182 s, after 140 quiet s)
+# lands on the floor before any replica can boot — even a fleet jumping from 5 to 40 at
+# t = 185 s misses 116 requests in the hour, past the 88 that 99 % allows (measured: 97.22 %
+# from a floor of 5; see docs/results/autoscale-sim.md).
+SIM_TUNED_FLOORS = (5, 8)
+# Live (real time, simulated replicas boot in ~3 s), tuned on experiments.autoscaling.sim.LIVE_MODEL
+# (``--mode livesim``): no surge/burst reserve or peak hold (a 3-s boot lets the sustained
+# and backlog terms catch up; reserves kept 3-6 replicas for ~60 s after every burst).
+# Prefill utilisation under 0.9 going up: at 10 req/s the heavy step's prefill work is ~1.5
+# replicas, which two replicas carry at 100 % attainment; 0.7 read it as 3 (341 replica-s
+# vs 259). Under 0.5 going down, held 10 s (20 s kept the second replica ~30 s into the low
+# phase): heavy step 259 replica-s, Azure window 247 (was 260), light step 144 (was 154).
+LIVE_TUNED: dict[str, Any] = {
+    "boot_s": 3.0, "growth_tau_s": 3.0, "up_utilization": 0.9, "down_utilization": 0.5,
+    "downscale_stable_s": 10.0,
+}  # fmt: skip
+SIM_FLOOR = {"azure-hour": 8, "step": 5}  # min_replicas tried for every policy
+SIM_STEP = StepLoad(rate=2.0, factor=4.0, phases=(300.0, 600.0, 900.0))
+LIVE_STEP = StepLoad(rate=1.5, factor=4.0, phases=(20.0, 30.0, 40.0))
+# One replica nearly carries LIVE_STEP (99.21 % in livesim), so no autoscaler can save
+# there; the heavy step needs two replicas in its high phase (one: 19 %) and one outside it.
+LIVE_STEP_HEAVY = StepLoad(rate=2.5, factor=4.0, phases=(30.0, 60.0, 60.0))
+LIVE_LENGTH_SCALE = 0.1
+LIVE_AZURE_WINDOW = (1050.0, 1200.0, 0.5, 0.05)  # trace seconds [a, b), time ×, length ×
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    policy: str
+    tuning: str
+    overrides: dict[str, Any] = field(default_factory=dict)  # ScalingConfig fields / params
+
+    def scaling(self, lo: int, hi: int) -> ScalingConfig:
+        lo = int(self.overrides.get("min_replicas", lo))
+        known = set(ScalingConfig.__dataclass_fields__) - {"params", "min_replicas", "max_replicas"}
+        top = {k: v for k, v in self.overrides.items() if k in known}
+        params = {k: v for k, v in self.overrides.items() if k not in known | {"min_replicas"}}
+        return ScalingConfig(
+            min_replicas=lo, max_replicas=hi, ttft_slo_s=SLO_S, params=params, **top
+        )
+
+
+def sim_variants(floor: int) -> list[Variant]:
+    f = {"min_replicas": floor}
+    out = [Variant("ttft-queue", "defaults")]
+    for n in SIM_TUNED_FLOORS:  # the same setting on every workload, at each floor
+        out.append(Variant("ttft-queue", f"tuned min={n}", {**SIM_TUNED, "min_replicas": n}))
+    ray_delays = {"upscale_delay_s": 30.0, "downscale_delay_s": 600.0}  # Ray Serve's defaults
+    for t in (0.5, 1.0, 2.0, 4.0):
+        ongoing = {"target_ongoing_requests": t}
+        out.append(Variant("ongoing-requests", f"target={t:g}", ongoing))
+        out.append(Variant("ongoing-requests", f"target={t:g} min={floor}", {**ongoing, **f}))
+        out.append(
+            Variant("ongoing-requests", f"target={t:g} delays 30/600 s", {**ongoing, **ray_delays})
+        )
+    for u in (0.2, 0.3, 0.5):
+        util = {"target_utilization": u}
+        out.append(Variant("utilization", f"target={u:g}", util))
+        out.append(Variant("utilization", f"target={u:g} min={floor}", {**util, **f}))
+        out.append(Variant("utilization", f"target={u:g} down delay 600 s",
+                           {**util, "downscale_delay_s": 600.0}))  # fmt: skip
+    for n in (floor, 2 * floor, 3 * floor):  # reference: a fixed fleet, no autoscaling
+        out.append(Variant("static", f"{n} replicas", {"min_replicas": n}))
+    return out
+
+
+def live_variants() -> list[Variant]:
+    """Each baseline: its earlier setting plus the cheapest ones in LIVE_MODEL (a sweep of
+    ongoing targets 1-3 x delays 1/5, 2/10, 5/30 s and utilization 0.3-0.7 x down delays
+    5-30 s): Ray's rule at target 2 with 2/10-s delays is the cheapest setting of either
+    baseline at 100 % on the heavy step (393 replica-s), utilization 0.5 with a 5-s down
+    delay the cheapest on the light step; utilization needs 0.3 to reach 99 % on the heavy
+    step (0.5: 90 %)."""
+    fast = {"target_ongoing_requests": 2.0, "upscale_delay_s": 2.0, "downscale_delay_s": 10.0}
+    quick = {"target_utilization": 0.5, "downscale_delay_s": 5.0}
+    low = {"target_utilization": 0.3, "downscale_delay_s": 5.0}
+    return [
+        Variant("ttft-queue", "tuned", dict(LIVE_TUNED)),
+        Variant("ongoing-requests", "target=2, delays 5/30 s", {"target_ongoing_requests": 2.0}),
+        Variant("ongoing-requests", "target=2, delays 2/10 s", fast),
+        Variant("utilization", "target=0.5", {"target_utilization": 0.5}),
+        Variant("utilization", "target=0.5, down delay 5 s", quick),
+        Variant("utilization", "target=0.3, down delay 5 s", low),
+    ]
+
+
+def livesim_variants() -> list[Variant]:
+    """The live variants, fixed fleets of 1 and 2, and two baseline settings that hold
+    capacity (the best ones on the Azure window at a floor of 2: they never leave it)."""
+    static = [Variant("static", f"{n} replicas", {"min_replicas": n}) for n in (1, 2)]
+    holding = [
+        Variant("utilization", "target=0.9, down delay 5 s",
+                {"target_utilization": 0.9, "downscale_delay_s": 5.0}),
+        Variant("ongoing-requests", "target=8, delays 5/30 s", {"target_ongoing_requests": 8.0}),
+    ]  # fmt: skip
+    return [*live_variants(), *holding, *static]
+
+
+def with_floor(variants: list[Variant], floor: int | None) -> list[Variant]:
+    """Every autoscaled variant with ``min_replicas = floor`` (``, floor N`` in its tuning);
+    fixed fleets smaller than the floor are dropped, larger ones kept as they are. The
+    floor is a deployment choice, so it applies to every policy alike (as ``SIM_FLOOR``)."""
+    if floor is None:
+        return variants
+    out = []
+    for v in variants:
+        if v.policy == "static":
+            if int(v.overrides.get("min_replicas", 1)) >= floor:
+                out.append(v)
+            continue
+        out.append(replace(v, tuning=f"{v.tuning}, floor {floor}",
+                           overrides={**v.overrides, "min_replicas": floor}))  # fmt: skip
+    return out
+
+
+# ---- workloads -------------------------------------------------------------------------
+def workload(mode: str, name: str) -> tuple[list[RequestSpec], StepLoad | None]:
+    from bench.datasets import build_requests
+    from experiments.autoscaling.workloads import step_specs, trace_lengths, trace_window
+
+    path = f"azure:{AZURE_TRACE}"
+    if mode == "sim" and name == "azure-hour":
+        return build_requests(path), None
+    if mode == "sim" and name == "step":
+        return step_specs(SIM_STEP, trace_lengths()), SIM_STEP
+    mode = "live" if mode == "livesim" else mode  # the live workloads in LIVE_MODEL
+    if mode == "live" and name == "azure":
+        a, b, time_scale, length_scale = LIVE_AZURE_WINDOW
+        return trace_window(build_requests(path, length_scale=length_scale), a, b, time_scale), None
+    if mode == "live" and name in ("step", "step-heavy"):
+        load = LIVE_STEP if name == "step" else LIVE_STEP_HEAVY
+        return step_specs(load, trace_lengths(), length_scale=LIVE_LENGTH_SCALE), load
+    raise ValueError(f"unknown {mode} workload {name!r}")
+
+
+LIVE_WORKLOADS = ("step", "azure", "step-heavy")
+WORKLOADS = {"sim": ("azure-hour", "step"), "live": LIVE_WORKLOADS, "livesim": LIVE_WORKLOADS}
+
+
+# ---- saving and loading runs -------------------------------------------------------------
+def run_path(out: Path, mode: str, name: str, v: Variant) -> Path:
+    tag = "".join(c if c.isalnum() else "_" for c in v.tuning)
+    return out / "runs" / f"{mode}-{name}-{v.policy}-{tag}.json"
+
+
+def save_run(path: Path, meta: dict[str, Any], run: PolicyRun, step: StepLoad | None) -> dict:
+    row = scorecard(
+        run.summary, run.samples, end_s=run.end_s,
+        step_t=step.step_up_s if step else None, exact_replica_s=run.replica_s,
+    )  # fmt: skip
+    data = {
+        **meta, "row": row, "end_s": run.end_s,
+        "marks": [step.step_up_s, step.step_down_s] if step else [],
+        "samples": [[s.t, s.replicas, s.queue_delay_s] for s in run.samples],
+        "requests": [[r.send_s, r.ttft_s, r.error] for r in run.records],
+    }  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data) + "\n")
+    return data
+
+
+# ---- running -----------------------------------------------------------------------------
+def selected(v: Variant, only: str | None) -> bool:
+    """``only``: comma list of substrings of ``"policy tuning"`` (None = every variant)."""
+    label = f"{v.policy} {v.tuning}"
+    return only is None or any(part.strip() in label for part in only.split(","))
+
+
+def run_sim_mode(
+    out: Path,
+    names: list[str],
+    resume: bool = False,
+    only: str | None = None,
+    mode: str = "sim",
+    floor: int | None = None,
+) -> None:
+    """``sim``: the 70B/A100 setup; ``livesim``: the live workloads in ``LIVE_MODEL``."""
+    from experiments.autoscaling.sim import LIVE_MODEL, SimSetup, run_sim
+
+    base, tail = (LIVE_MODEL, 25.0) if mode == "livesim" else (SimSetup(), 0.0)
+    for name in names:
+        specs, step = workload(mode, name)
+        if mode == "livesim":
+            variants = with_floor(livesim_variants(), floor)
+        else:
+            variants = sim_variants(SIM_FLOOR[name])
+        for v in variants:
+            if not selected(v, only) or (resume and run_path(out, mode, name, v).exists()):
+                continue
+            scaling = v.scaling(1, base.max_replicas)
+            if v.policy == "static":  # a fixed fleet: the "none" policy held at min = max
+                scaling = replace(scaling, max_replicas=scaling.min_replicas)
+            setup = replace(base, min_replicas=scaling.min_replicas,
+                            max_replicas=scaling.max_replicas)  # fmt: skip
+            policy = "none" if v.policy == "static" else v.policy
+            run = run_sim(specs, policy, scaling, setup, tail_s=tail)
+            meta = {"mode": mode, "workload": name, "policy": v.policy, "tuning": v.tuning,
+                    "overrides": v.overrides}  # fmt: skip
+            row = save_run(run_path(out, mode, name, v), meta, run, step)["row"]
+            print(f"{mode} {name} {v.policy} {v.tuning}: {_brief(row)}", flush=True)
+
+
+def run_live_mode(
+    out: Path, names: list[str], only: str | None = None, floor: int | None = None
+) -> None:
+    from experiments.autoscaling.live import live_session
+
+    with live_session() as run_one:
+        for name in names:
+            specs, step = workload("live", name)
+            for v in (v for v in with_floor(live_variants(), floor) if selected(v, only)):
+                run = run_one(specs, v, tail_s=25.0)
+                meta = {"mode": "live", "workload": name, "policy": v.policy, "tuning": v.tuning,
+                        "overrides": v.overrides}  # fmt: skip
+                row = save_run(run_path(out, "live", name, v), meta, run, step)["row"]
+                print(f"live {name} {v.policy} {v.tuning}: {_brief(row)}", flush=True)
+
+
+def _brief(row: dict[str, Any]) -> str:
+    att = 100 * (row["attainment"] or 0.0)
+    return (f"attainment {att:.2f} %, P95 TTFT {row['ttft_p95_ms'] or 0:.0f} ms, "
+            f"{row['replica_s']:.0f} replica-s, {row['scale_events']} events, "
+            f"{row['reversals']} reversals")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--mode", choices=("sim", "livesim", "live", "all"), default="sim")
+    ap.add_argument("--out", default="results/autoscale")
+    ap.add_argument("--workloads", default=None, help="comma list (default: all of the mode)")
+    ap.add_argument(
+        "--report-only", action="store_true", help="rebuild tables/plots from saved runs"
+    )
+    ap.add_argument("--resume", action="store_true", help="sim: skip variants already saved")
+    ap.add_argument("--only", default=None, help="comma list of substrings of 'policy tuning'")
+    ap.add_argument("--floor", type=int, default=None,
+                    help="live/livesim: min_replicas for every policy (rows tagged ', floor N')")  # fmt: skip
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    modes = ("sim", "live") if args.mode == "all" else (args.mode,)
+    for mode in modes:
+        names = args.workloads.split(",") if args.workloads else list(WORKLOADS[mode])
+        bad = set(names) - set(WORKLOADS[mode])
+        if bad:
+            ap.error(f"unknown {mode} workloads {sorted(bad)}; known: {WORKLOADS[mode]}")
+        if not args.report_only:
+            if mode == "live":
+                run_live_mode(out, names, args.only, args.floor)
+            else:
+                floor = args.floor if mode == "livesim" else None
+                run_sim_mode(out, names, args.resume, args.only, mode, floor)
+        print(report_mode(out, mode, WORKLOADS[mode], SLO_S))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Batching and chunked-prefill studies on one simulated engine (``make bench-batching``)."""

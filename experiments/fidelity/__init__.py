@@ -1,0 +1,1 @@
+"""Trust in the load generator (``make bench-fidelity``)."""

@@ -1,0 +1,1 @@
+"""Overhead against bare vLLM and the replica-count choice (``make bench-overhead``, ``make bench-replicas``)."""

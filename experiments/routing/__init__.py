@@ -1,0 +1,1 @@
+"""Router comparison: our policies against Ray Serve's routers, virtual time and live (``make bench-router``)."""
