@@ -1,3 +1,6 @@
+import pytest
+from ray.serve.request_router import RequestRouter
+
 from cluster.app import KV_EVENTS_ENDPOINT, engine_spec, router_options
 from cluster.config import parse_config
 
@@ -45,3 +48,20 @@ def test_sim_batch_limits_default_to_the_hardware_profile() -> None:
     assert limits({"hardware": "cpu"}) == (512, 32)
     explicit = {"hardware": "l4", "model_profile": "llama-3-8b", "max_num_batched_tokens": 512}
     assert limits({**explicit, "max_num_seqs": 8}) == (512, 8)
+
+
+@pytest.mark.parametrize("policy", ["prefix", "prefix-precise", "ray-prefix"])
+def test_router_class_paths_import_as_serve_request_routers(policy: str) -> None:
+    """Serve imports the class path when the deployment is built; a wrong path fails here."""
+    rc = router_options(parse_config({"routing": {"policy": policy}}), block_size=16)
+    router_cls = rc["request_router_config"].get_request_router_class()
+    assert issubclass(router_cls, RequestRouter)
+
+
+def test_ray_p2c_is_serves_default_router() -> None:
+    from ray.serve._private.constants import DEFAULT_REQUEST_ROUTER_PATH
+
+    from router.registry import RAY_NATIVE_ROUTERS
+
+    module, _, attr = RAY_NATIVE_ROUTERS["ray-p2c"].partition(":")
+    assert DEFAULT_REQUEST_ROUTER_PATH.replace(":", ".") == f"{module}.{attr}"

@@ -63,10 +63,10 @@ def test_every_field_is_described() -> None:
 
 def test_example_configs_in_deploy_are_valid() -> None:
     root = Path(__file__).resolve().parents[2] / "deploy"
-    files = sorted(root.glob("*.yaml"))
+    files = sorted(root.glob("llmfleet*.yaml"))
+    assert {f.name for f in files} >= {"llmfleet.example.yaml", "llmfleet.sim16.yaml"}
     for f in files:
-        if f.name.startswith("llmfleet"):
-            load_config(f)
+        load_config(f)
 
 
 def test_readme_config_reference_is_current() -> None:
