@@ -97,13 +97,12 @@ def router_options(cfg: FleetConfig, block_size: int) -> dict[str, Any]:
         kwargs = {"policy": policy, "config": cfg.routing.params, "block_size": block_size}
         if policy == "prefix-precise":
             kwargs["kv_events_endpoint_template"] = KV_EVENTS_ENDPOINT
-    return {
-        "request_router_config": RequestRouterConfig(
-            request_router_class=cls_path,
-            request_router_kwargs=kwargs,
-            request_routing_stats_period_s=cfg.routing.stats_period_s,
-        )
+    options: dict[str, Any] = {  # Ray annotates **kwargs as dict values: pass them untyped
+        "request_router_class": cls_path,
+        "request_router_kwargs": kwargs,
+        "request_routing_stats_period_s": cfg.routing.stats_period_s,
     }
+    return {"request_router_config": RequestRouterConfig(**options)}
 
 
 def autoscaling_options(cfg: FleetConfig) -> dict[str, Any]:
@@ -129,12 +128,13 @@ def autoscaling_options(cfg: FleetConfig) -> dict[str, Any]:
     return {"autoscaling_config": asc}
 
 
+# Ray annotates serve.deployment(cls, ...) as returning a decorator; it returns a Deployment.
 def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
     model_dir = str(resolve_model(cfg.model.path))
     gpu = on_gpu() and cfg.engine.type == "vllm"
     block = engine_block_size(cfg, gpu)
     r = cfg.replicas
-    replica = serve.deployment(LLMReplica, name=REPLICA_DEPLOYMENT).options(
+    replica = serve.deployment(LLMReplica, name=REPLICA_DEPLOYMENT).options(  # type: ignore[attr-defined]
         max_ongoing_requests=r.max_ongoing_requests,
         health_check_period_s=r.health_check_period_s,
         health_check_timeout_s=max(30.0, 4 * r.health_check_period_s),
@@ -154,7 +154,9 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
             "block_size": block,
         },
     }
-    ingress = serve.deployment(OpenAIIngress, name=INGRESS_DEPLOYMENT).options(
-        num_replicas=1, max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0.5}
+    ingress = serve.deployment(OpenAIIngress, name=INGRESS_DEPLOYMENT).options(  # type: ignore[attr-defined]
+        num_replicas=1,
+        max_ongoing_requests=1000,
+        ray_actor_options={"num_cpus": 0.5},
     )
     return ingress.bind(replica.bind(engine_spec(cfg, model_dir), enable_metrics), settings)

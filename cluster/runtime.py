@@ -8,6 +8,7 @@ what ``up`` started so ``status`` and ``down`` can find it, also after a crash.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -34,13 +35,13 @@ def start_ray(cfg: FleetConfig) -> str:
     import ray
 
     base_env()
-    ctx = ray.init(
+    ctx: Any = ray.init(  # a RayContext: address_info is not in its annotated base type
         num_cpus=cfg.server.ray_num_cpus,
         include_dashboard=cfg.server.include_dashboard,
         _node_ip_address=cfg.server.host if cfg.server.host != "0.0.0.0" else "127.0.0.1",
         _metrics_export_port=cfg.server.metrics_export_port,
         namespace="llmfleet",
-        logging_level="WARNING",
+        logging_level=logging.WARNING,
         log_to_driver=False,
         configure_logging=True,
     )

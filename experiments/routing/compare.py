@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     lock = None if args.lock == "none" else args.lock
     modes = MODES if args.mode == "all" else (args.mode,)
     if args.rescore:
-        print(write_outputs(args.out, rescore(_saved_scenarios(args.out).values())))
+        print(write_outputs(args.out, rescore(list(_saved_scenarios(args.out).values()))))
         return 0
     new: list[dict[str, Any]] = []
     for mode in modes:

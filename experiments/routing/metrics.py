@@ -309,7 +309,11 @@ def repeat_notes(rows: Sequence[PolicyRow]) -> list[str]:
     mine = dict(ours.runs)
     for base in (RAY_PREFIX, *P2C_NAMES):
         b = named.get(base)
-        pairs = [(s, mine[s] / v) for s, v in (b.runs or ()) if v and mine.get(s)] if b else []
+        pairs = (
+            [(s, m / v) for s, v in (b.runs or ()) if v and (m := mine.get(s)) is not None and m]
+            if b
+            else []
+        )
         if pairs:
             ratios = sorted(x for _, x in pairs)
             med = (
