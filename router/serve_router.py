@@ -51,6 +51,7 @@ from router.types import (
     RoutingDecision,
     RoutingPolicy,
 )
+
 log = logging.getLogger(__name__)
 ROUTER_DECISIONS = "llmfleet_router_decisions"
 ROUTER_KV_EVENTS = "llmfleet_router_kv_events"
