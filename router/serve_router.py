@@ -169,9 +169,7 @@ class LLMFleetRequestRouter(RequestRouter):
             return [list(candidate_replicas)]
         self._count(decision.reason)
         if request is not None:
-            self.book.decided(
-                request.request_id, decision.replica_id, decision.matched_blocks, self.clock()
-            )
+            self.book.decided(request.request_id, decision.replica_id, decision.matched_blocks, now)
         return rank_tiers(decision, candidate_replicas)
 
     # ---- lifecycle hooks ------------------------------------------------------------
