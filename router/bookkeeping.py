@@ -27,7 +27,8 @@ Events (the caller forwards the same ones to the policy's ``observe``)
 View (``view(replica_id, stats, queue_len, max_ongoing, now)``)
     ``stats`` is the replica's raw report, decoded once by ``replica_view_from_stats``;
     ``ongoing = max(own in-flight count, queue_len) + pending``, where ``queue_len`` is the
-    framework's own count (Ray's queue-length cache; the twin's replica count).
+    framework's own count (Ray's queue-length cache; the twin's replica count). The view
+    also records the report's prefill rate: a routed request's backlog drains at it.
 Stale reports (``fresh_reports=False``, live): reports are polled periodically, so the
     router corrects them with what it knows it sent since:
     - ``single_caller`` and nothing in flight at the replica: waiting, running and
