@@ -4,7 +4,7 @@ Algorithm
     One global dict maps a chained block hash to a bitmask of replica slots; each replica
     also keeps an LRU (insertion-ordered dict) of the hashes it holds, capped at that
     replica's real KV capacity in blocks (``kv_capacity_tokens // block_size``). Because
-    hashes are chained (router.hashing), a request's leading match on a replica is the
+    hashes are chained (contracts.hashing), a request's leading match on a replica is the
     length of the run of its hashes whose mask still contains that replica's bit, so one
     walk over the request's blocks scores every replica at once::
 

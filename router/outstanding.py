@@ -4,15 +4,15 @@ Replica stats arrive every ``stats_period_s``; between two reports a burst of re
 routed to the same replica is invisible, and on CPU (where prefills do not batch) they
 queue behind each other. So the router adds each routed request's uncached tokens to a
 per-replica backlog that drains at the replica's measured prefill rate, and the views use
-``max(reported, own estimate)``.
+``max(reported, own estimate)`` (``router.bookkeeping``).
 
     backlog(t) = max(0, backlog(t0) - rate * (t - t0)) + new uncached tokens
+
+Time is the caller's ``now`` (monotonic seconds live, virtual seconds in the twin).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 DEFAULT_RATE = 500.0  # tokens/s before a replica has reported a measured rate
@@ -25,22 +25,20 @@ class _Backlog:
 
 
 class OutstandingPrefill:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
+    def __init__(self) -> None:
         self._b: dict[str, _Backlog] = {}
 
-    def get(self, replica_id: str, rate: float) -> int:
+    def get(self, replica_id: str, rate: float, now: float) -> int:
         b = self._b.get(replica_id)
         if b is None:
             return 0
-        now = self.clock()
         b.tokens = max(0.0, b.tokens - (rate if rate > 0 else DEFAULT_RATE) * (now - b.at))
         b.at = now
         return int(b.tokens)
 
-    def add(self, replica_id: str, tokens: int, rate: float) -> None:
-        current = self.get(replica_id, rate)
-        self._b[replica_id] = _Backlog(current + max(0, tokens), self.clock())
+    def add(self, replica_id: str, tokens: int, rate: float, now: float) -> None:
+        current = self.get(replica_id, rate, now)
+        self._b[replica_id] = _Backlog(current + max(0, tokens), now)
 
     def forget(self, replica_id: str) -> None:
         self._b.pop(replica_id, None)

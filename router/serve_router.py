@@ -1,37 +1,43 @@
 """Ray Serve adapter: a ``RequestRouter`` that delegates to a pure ``RoutingPolicy``.
 
-Per request ``choose_replicas`` converts each ``RunningReplica`` into a ``ReplicaView``
-(its ``routing_stats`` is ``EngineStats.as_dict()``; ``ongoing`` = this router's own
-in-flight count, or Ray's queue-length cache when that is larger), reads the ingress's
-``RequestView`` from ``pending_request.args[0]["view"]``, asks the policy and returns ranked
-tiers ``[[chosen], [others by score]]`` so Serve can back off to the rest when the chosen one
-is full. Without a view it falls back to power-of-two choices. Hooks feed ``observe``:
-``on_request_routed`` → Routed, ``on_request_completed`` → Completed,
-``on_replica_actor_died`` / a replica leaving ``update_replicas`` → ReplicaGone.
+How Serve calls it: per request ``choose_replicas(candidates, pending_request)``; then
+``on_request_routed`` once the chosen replica accepted, ``on_request_completed`` when it
+finishes; ``update_replicas`` with the full replica set on every change and
+``on_replica_actor_died``. The adapter only converts and forwards:
+- each ``RunningReplica`` becomes (unique id, ``routing_stats``, Ray's queue-length cache,
+  ``max_ongoing_requests``), and ``router.bookkeeping.FleetBook.view`` turns that into the
+  ``ReplicaView`` (the book owns in-flight counts, pending decisions, outstanding prefill and
+  the correction of stale stats reports; ``routing_stats`` is ``EngineStats.as_dict()``);
+- the ingress's ``RequestView`` is read from ``pending_request.args[0]["view"]``; the policy
+  decides and the adapter returns ranked tiers ``[[chosen], [others by score]]`` so Serve
+  can back off to the rest when the chosen one is full. Without a view it falls back to
+  power-of-two choices;
+- hooks become events for the book and the policy: ``on_request_routed`` → Routed,
+  ``on_request_completed`` → Completed, ``on_replica_actor_died`` / a replica leaving
+  ``update_replicas`` → ReplicaGone.
 Nothing blocks the event loop: the index lives in this process. With policy
 ``prefix-precise`` and ``kv_events_endpoint_template`` (e.g.
 ``"ipc:///tmp/llmfleet-kv-{replica_id}"``), one ZMQ subscriber per replica feeds KV events
 to the policy through ``loop.call_soon_threadsafe``.
 Decisions are counted by reason in the Serve counter ``ROUTER_DECISIONS``; KV events applied
 to the index by kind in ``ROUTER_KV_EVENTS`` (both also in ``decision_counts`` /
-``kv_event_counts``).
+``kv_event_counts``). Time is ``self.clock`` (``time.monotonic``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
+from router.bookkeeping import FleetBook
 from router.kv_subscriber import KVEventSubscriber
-from router.outstanding import OutstandingPrefill
 from router.registry import make_policy
 from router.types import (
     Completed,
@@ -45,12 +51,10 @@ from router.types import (
     RoutingDecision,
     RoutingPolicy,
 )
-from router.views import replica_view_from_stats
 
 log = logging.getLogger(__name__)
 ROUTER_DECISIONS = "llmfleet_router_decisions"
 ROUTER_KV_EVENTS = "llmfleet_router_kv_events"
-PENDING_TTL_S = 30.0
 
 
 def request_view_of(pending_request: PendingRequest | None) -> RequestView | None:
@@ -100,19 +104,9 @@ class LLMFleetRequestRouter(RequestRouter):
         )
         self.block_size = block_size
         self.rng = random.Random(seed)
-        self.inflight: collections.Counter[str] = collections.Counter()
-        self.routed: dict[str, tuple[str, str]] = {}  # internal id -> (request id, replica)
+        self.clock: Callable[[], float] = time.monotonic
+        self.book = FleetBook(block_size=block_size, single_caller=single_caller)
         self.decision_counts: collections.Counter[str] = collections.Counter()
-        self.single_caller = single_caller
-        self.outstanding = OutstandingPrefill()
-        self.rates: dict[str, float] = {}  # replica -> last reported prefill tokens/s
-        # request id -> (chosen replica, matched blocks, decided at): decided, not yet routed.
-        # Ray awaits the replica's acceptance between choose_replicas and on_request_routed,
-        # so a burst of concurrent requests would all see the same in-flight counts; these
-        # pending decisions count as in flight on their chosen replica until routed (or
-        # PENDING_TTL_S, for requests that never get routed).
-        self.matched: dict[str, tuple[str, int, float]] = {}
-        self.pending: collections.Counter[str] = collections.Counter()
         self.kv_template = kv_events_endpoint_template if policy == "prefix-precise" else None
         self.subscribers: dict[str, KVEventSubscriber] = {}
         self.known: set[str] = set()
@@ -136,26 +130,14 @@ class LLMFleetRequestRouter(RequestRouter):
         return hasattr(self, "policy")
 
     # ---- conversion -----------------------------------------------------------------
-    def replica_view(self, replica: RunningReplica) -> ReplicaView:
-        rid = replica.replica_id.unique_id
-        cached = self.replica_queue_len_cache.get(replica.replica_id) or 0
-        stats = replica.routing_stats
-        if self.single_caller and max(self.inflight[rid], cached) == 0:
-            # Stats are polled periodically: a replica this (only) router has nothing in
-            # flight at is idle, whatever its last report said about queued work.
-            stats = {**stats, "waiting": 0, "running": 0, "waiting_prefill_tokens": 0}
-        view = replica_view_from_stats(
-            rid,
-            stats,
-            ongoing=max(self.inflight[rid], cached) + self.pending[rid],
+    def replica_view(self, replica: RunningReplica, now: float | None = None) -> ReplicaView:
+        return self.book.view(
+            replica.replica_id.unique_id,
+            replica.routing_stats,
+            queue_len=self.replica_queue_len_cache.get(replica.replica_id) or 0,
             max_ongoing=replica.max_ongoing_requests,
-            default_block_size=self.block_size,
+            now=self.clock() if now is None else now,
         )
-        self.rates[rid] = view.prefill_tokens_per_s
-        own = self.outstanding.get(rid, view.prefill_tokens_per_s)
-        if own > view.waiting_prefill_tokens:
-            view = dataclasses.replace(view, waiting_prefill_tokens=own)
-        return view
 
     def _count(self, reason: str) -> None:
         self.decision_counts[reason] += 1
@@ -177,7 +159,8 @@ class LLMFleetRequestRouter(RequestRouter):
         if not self._state_ready():
             self.initialize_state()
         self._ensure_subscribers(candidate_replicas)
-        views = [self.replica_view(r) for r in candidate_replicas]
+        now = self.clock()
+        views = [self.replica_view(r, now) for r in candidate_replicas]
         request = request_view_of(pending_request)
         try:
             decision = self._p2c(views) if request is None else self.policy.choose(request, views)
@@ -186,30 +169,8 @@ class LLMFleetRequestRouter(RequestRouter):
             return [list(candidate_replicas)]
         self._count(decision.reason)
         if request is not None:
-            self._expire_pending(time.monotonic())
-            self._unpend(request.request_id)  # Ray may ask again for the same request
-            now = time.monotonic()
-            self.matched[request.request_id] = (decision.replica_id, decision.matched_blocks, now)
-            self.pending[decision.replica_id] += 1
+            self.book.decided(request.request_id, decision.replica_id, decision.matched_blocks, now)
         return rank_tiers(decision, candidate_replicas)
-
-    def _unpend(self, request_id: str) -> tuple[str, int] | None:
-        entry = self.matched.pop(request_id, None)
-        if entry is None:
-            return None
-        rid, blocks, _ = entry
-        if self.pending[rid] > 1:
-            self.pending[rid] -= 1
-        else:
-            self.pending.pop(rid, None)
-        return rid, blocks
-
-    def _expire_pending(self, now: float) -> None:
-        while self.matched:  # insertion order = decision order
-            request_id, (_, _, at) = next(iter(self.matched.items()))
-            if now - at <= PENDING_TTL_S:
-                break
-            self._unpend(request_id)
 
     # ---- lifecycle hooks ------------------------------------------------------------
     def _observe(self, event: RouterEvent) -> None:
@@ -226,24 +187,16 @@ class LLMFleetRequestRouter(RequestRouter):
     def on_request_routed(
         self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
     ) -> None:
-        rid = replica_id.unique_id
-        self.inflight[rid] += 1
         request = request_view_of(pending_request)
-        internal_id = pending_request.metadata.internal_request_id
-        self.routed[internal_id] = (request.request_id if request else internal_id, rid)
+        now = self.clock()
+        key = pending_request.metadata.internal_request_id
+        self.book.routed(key, request, replica_id.unique_id, now)
         if request is not None:
-            chosen, blocks = self._unpend(request.request_id) or (rid, 0)
-            cached = blocks * self.block_size if chosen == rid else 0
-            self.outstanding.add(rid, request.prompt_tokens - cached, self.rates.get(rid, 0.0))
-            self._observe(Routed(request, rid, time.monotonic()))
+            self._observe(Routed(request, replica_id.unique_id, now))
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
-        request_id, rid = self.routed.pop(
-            internal_request_id, (internal_request_id, replica_id.unique_id)
-        )
-        if self.inflight[rid] > 0:
-            self.inflight[rid] -= 1
-        self._observe(Completed(request_id, rid, time.monotonic()))
+        request_id, rid = self.book.completed(internal_request_id, replica_id.unique_id)
+        self._observe(Completed(request_id, rid, self.clock()))
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)
@@ -259,14 +212,14 @@ class LLMFleetRequestRouter(RequestRouter):
         self.known = alive
 
     def _forget(self, rid: str) -> None:
+        if not self._state_ready():
+            return
         self.known.discard(rid)
-        if self._state_ready():
-            self.outstanding.forget(rid)
-        self.inflight.pop(rid, None)
-        sub = self.subscribers.pop(rid, None) if self._state_ready() else None
+        self.book.gone(rid)
+        sub = self.subscribers.pop(rid, None)
         if sub is not None:
             sub.stop(timeout=0)
-        self._observe(ReplicaGone(rid, time.monotonic()))
+        self._observe(ReplicaGone(rid, self.clock()))
 
     # ---- precise mode: KV event subscribers -----------------------------------------
     def _ensure_subscribers(self, replicas: Sequence[RunningReplica]) -> None:

@@ -2,7 +2,9 @@
 on a virtual clock, no sleeping.
 
 Events on one heap, ordered by virtual time:
-  arrival (merged from the sorted workload) -> policy.choose -> engine.add; an idle
+  arrival (merged from the sorted workload) -> views from the router's bookkeeping
+  (``router.bookkeeping.FleetBook``, shared with the live Ray adapter, fed each replica's
+  routing report read now) -> policy.choose -> engine.add; an idle
   engine starts a step at once;  step end -> apply the batch, stream tokens, retire
   finished requests, start the next step;  tick (every ``tick_s``) -> sample imbalance,
   build a MetricsSnapshot, ask the scaling policy, start replicas (ready after
@@ -28,7 +30,15 @@ from contracts.hashing import block_hashes
 from replicas.sim import profiles
 from replicas.sim.core import CoreConfig
 from replicas.sim.request import SimRequest
-from router.types import Completed, NoReplicaAvailable, RequestView, Routed, RoutingPolicy
+from router.bookkeeping import FleetBook
+from router.types import (
+    Completed,
+    NoReplicaAvailable,
+    ReplicaView,
+    RequestView,
+    Routed,
+    RoutingPolicy,
+)
 
 STEP, TICK, READY, ARRIVE, DRAIN, KV_EVENT = 0, 1, 2, 3, 4, 5
 STUCK_AFTER_S = 3600.0  # virtual seconds without progress before giving up
@@ -45,6 +55,9 @@ class ClusterConfig:
     tick_s: float = 1.0  # metrics sampling / autoscaling period
     kv_events: bool = False  # feed KVBlocksStored/Removed to the policy
     kv_event_delay_s: float = 0.0  # engine -> router transport delay of those events
+    # 0: the router reads each replica's stats at decision time and uses them as they are;
+    # > 0: a replica's report is kept this long, and corrected as a live router does (FleetBook)
+    stats_period_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -79,6 +92,8 @@ class ClusterSim:
             self._launch(ready_at=0.0)
         hw = profiles.hardware(config.core.hardware)
         self.block_size = config.core.block_size or hw.default_block_size
+        fresh = config.stats_period_s <= 0
+        self.book = FleetBook(block_size=self.block_size, fresh_reports=fresh)
         self.policy = policy_factory(self) if policy_factory else policy
         if self.policy is None:
             raise ValueError("need a routing policy")
@@ -166,7 +181,7 @@ class ClusterSim:
 
     def _drain_ingress(self) -> None:
         while self.ingress:
-            views = [r.view() for r in self.replicas.values() if r.routable]
+            views = [self._view(r) for r in self.replicas.values() if r.routable]
             if not views:
                 return
             pending = self.ingress.popleft()
@@ -174,7 +189,11 @@ class ClusterSim:
                 self.ingress.appendleft(pending)
                 return
 
-    def _route(self, pending: _Pending, views: list) -> bool:
+    def _view(self, rep: SimReplica) -> ReplicaView:
+        stats = rep.routing_report(self.now, self.config.stats_period_s)
+        return self.book.view(rep.replica_id, stats, queue_len=rep.ongoing, now=self.now)
+
+    def _route(self, pending: _Pending, views: list[ReplicaView]) -> bool:
         spec = pending.spec
         tokens = spec.prompt_token_ids
         hashes = block_hashes(tokens, self.block_size)
@@ -191,6 +210,7 @@ class ClusterSim:
             decision = self.policy.choose(view, views)
         except NoReplicaAvailable:
             return False
+        self.book.decided(view.request_id, decision.replica_id, decision.matched_blocks, self.now)
         rep = self.replicas[decision.replica_id]
         req = SimRequest(view.request_id, len(tokens), hashes, spec.output_tokens, payload=spec)
         rec = self.records[spec.index]
@@ -198,10 +218,12 @@ class ClusterSim:
         try:
             rep.core.add(req, self.now)
         except ValueError as exc:
+            self.book.withdraw(view.request_id)
             rec.error = "kv_capacity" if "KV cache" in str(exc) else "prompt_too_long"
             self._done += 1
             self._finish_session(spec)
             return True
+        self.book.routed(view.request_id, view, rep.replica_id, self.now)
         self.policy.observe(Routed(view, rep.replica_id, self.now))
         rep.ongoing += 1
         if rep.batch is None:
@@ -242,7 +264,8 @@ class ClusterSim:
         if self.ingress:  # a slot freed: retry held requests after this step completes
             self._push(self.now, DRAIN, None)
         assert self.policy is not None
-        self.policy.observe(Completed(req.request_id, rep.replica_id, self.now))
+        request_id, rid = self.book.completed(req.request_id, rep.replica_id)
+        self.policy.observe(Completed(request_id, rid, self.now))
         self._finish_session(spec)
 
     def _finish_session(self, spec: RequestSpec) -> None:
@@ -290,6 +313,7 @@ class ClusterSim:
         rep.stop(self.now)
         self.retired.append(self.replicas.pop(rep.replica_id))
         assert self.policy is not None
+        self.book.gone(rep.replica_id)
         self.policy.observe(ReplicaGone(rep.replica_id, self.now))
 
     def _tick(self) -> None:

@@ -1,5 +1,7 @@
-"""One replica inside the cluster simulator: an ``EngineCore`` plus the router's and the
-autoscaler's view of it (in-flight count, readiness, draining, busy time)."""
+"""One replica inside the cluster simulator: an ``EngineCore`` plus what it reports to the
+router (``routing_stats``) and the autoscaler (``metrics``), its in-flight count, readiness,
+draining and busy time. The router turns the report into its view through the same
+``router.bookkeeping.FleetBook`` as the live Ray adapter."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ from replicas.sim.core import CoreConfig, EngineCore
 from replicas.sim.kv_cache import KVEventCallback
 from replicas.sim.request import SimRequest
 from replicas.sim.scheduler import Batch
-from router.types import ReplicaView
 
 
 class SimReplica:
@@ -24,6 +25,8 @@ class SimReplica:
         "started_at",
         "stopped_at",
         "served",
+        "report",
+        "report_at",
     )
 
     def __init__(
@@ -40,6 +43,8 @@ class SimReplica:
         self.started_at = now
         self.stopped_at: float | None = None
         self.served = 0
+        self.report: dict[str, float] | None = None
+        self.report_at = now
 
     @property
     def routable(self) -> bool:
@@ -51,19 +56,28 @@ class SimReplica:
         self.batch = None
         return [r for r in out if r.finish_reason is not None]
 
-    def view(self) -> ReplicaView:
+    def routing_stats(self) -> dict[str, float]:
+        """The replica's routing report (``record_routing_stats``: ``EngineStats`` field
+        names), read now: the fields the router's view reads. The windowed TTFT and busy
+        fields are left out (each read costs O(window) and the router ignores them); the
+        autoscaler gets them from ``metrics``."""
         sch = self.core.scheduler
-        return ReplicaView(
-            self.replica_id,
-            ongoing=self.ongoing,
-            waiting=len(sch.waiting),
-            running=len(sch.running),
-            waiting_prefill_tokens=max(0, sch.pending_prefill),
-            kv_usage=self.core.kv.pool.usage(),
-            kv_capacity_tokens=self.core.kv_capacity_tokens,
-            block_size=self.core.block_size,
-            prefill_tokens_per_s=self.core._prefill_rate,
-        )
+        return {
+            "waiting": float(len(sch.waiting)),
+            "running": float(len(sch.running)),
+            "waiting_prefill_tokens": float(max(0, sch.pending_prefill)),
+            "kv_usage": self.core.kv.pool.usage(),
+            "kv_capacity_tokens": float(self.core.kv_capacity_tokens),
+            "block_size": float(self.core.block_size),
+            "prefill_tokens_per_s": self.core.prefill_tokens_per_s,
+        }
+
+    def routing_report(self, now: float, period_s: float) -> dict[str, float]:
+        """The report the router holds at ``now``: read afresh once ``period_s`` has passed
+        since the last read (always, when 0), so it is up to ``period_s`` old."""
+        if self.report is None or now - self.report_at >= period_s:
+            self.report, self.report_at = self.routing_stats(), now
+        return self.report
 
     def metrics(self, now: float) -> ReplicaMetrics:
         """What the replica would report at ``now`` (busy fraction and TTFT P95 over the

@@ -89,6 +89,11 @@ class EngineCore:
     def kv_capacity_tokens(self) -> int:
         return self.kv.pool.num_blocks * self.block_size
 
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        """Smoothed measured prefill rate (the nominal rate until the first prefill step)."""
+        return self._prefill_rate
+
     def add(self, req: SimRequest, now: float) -> None:
         req.arrival = now
         self._now = max(self._now, now)

@@ -12,12 +12,8 @@ from typing import Any
 from ray.serve._private.common import DeploymentHandleSource, DeploymentID, ReplicaID
 
 from replicas.engine import EngineStats
-from router.serve_router import (
-    PENDING_TTL_S,
-    LLMFleetRequestRouter,
-    rank_tiers,
-    request_view_of,
-)
+from router.bookkeeping import PENDING_TTL_S
+from router.serve_router import LLMFleetRequestRouter, rank_tiers, request_view_of
 from router.types import RoutingDecision
 from router.views import make_request_view, replica_view_from_stats
 
@@ -92,7 +88,7 @@ async def test_choose_observe_complete_cycle_learns_affinity() -> None:
     assert len(tiers) == 2 and len(tiers[1]) == 3
     assert router.replica_view(chosen).ongoing == 1  # decided, not yet routed: pending
     router.on_request_routed(_pending(first, "i1"), chosen.replica_id, None)
-    assert router.replica_view(chosen).ongoing == 1 and not router.pending
+    assert router.replica_view(chosen).ongoing == 1 and not router.book.pending
     second = make_request_view("r2", SYSTEM)
     again = await router.choose_replicas(reps, _pending(second, "i2"))
     assert again[0][0] is chosen and router.replica_view(chosen).ongoing == 2
@@ -195,10 +191,10 @@ async def test_burst_of_concurrent_decisions_counts_pending_and_respects_the_bou
             router.on_request_routed(_pending(view, "i0"), tiers[0][0].replica_id, None)
     counts = collections.Counter(chosen)
     assert len(counts) >= 3 and max(counts.values()) <= 16, counts  # 2x fair share at most
-    assert sum(router.pending.values()) == 31
+    assert sum(router.book.pending.values()) == 31
     # a decision asked again for the same request does not count twice; stale ones expire
     view = make_request_view("r5", SYSTEM + [5])
     await router.choose_replicas(reps, _pending(view, "i5"))
-    assert sum(router.pending.values()) == 31
-    router._expire_pending(time.monotonic() + PENDING_TTL_S + 1)
-    assert not router.pending and not router.matched
+    assert sum(router.book.pending.values()) == 31
+    router.book.expire(time.monotonic() + PENDING_TTL_S + 1)
+    assert not router.book.pending and not router.book.decisions

@@ -210,3 +210,13 @@ def test_registry_policies_oracle_and_precise_beat_round_robin(tmp_path: Any) ->
         assert cli.main(argv) == 0
         hit[router] = json.loads(out.read_text())["cache"]["hit_rate"]
     assert hit["oracle"] > hit["round-robin"] and hit["prefix-precise"] > hit["round-robin"]
+
+
+def test_router_book_ends_empty_and_reports_age_by_the_stats_period() -> None:
+    sim = _run(RoundRobin(), _shared_prefix(12))
+    assert not +sim.book.inflight and not sim.book.decisions and not sim.book.routes
+    rep = sim.replicas["replica-000"]
+    first = rep.routing_report(sim.now, period_s=0.5)
+    assert rep.routing_report(sim.now + 0.4, period_s=0.5) is first  # still the held report
+    assert rep.routing_report(sim.now + 0.5, period_s=0.5) is not first
+    assert first["kv_capacity_tokens"] == rep.core.kv_capacity_tokens

@@ -1,0 +1,163 @@
+"""What the router knows about each replica beyond the replica's last stats report.
+
+Shared by the live Ray adapter (``router.serve_router``) and the virtual-time cluster
+twin (``cluster.twin.fleet``): both feed it the same events and ask it for the
+``ReplicaView``s their policy sees. Pure: no Ray, no event loop; time is the ``now`` the
+caller passes (monotonic seconds live, virtual seconds in the twin).
+
+State::
+
+    decisions (decision order)           per replica
+    req id ─► (replica, blocks, at)      inflight   pending   outstanding     rate
+    ┌──────────────────────────┐         ┌───────┬─────────┬──────────────┬───────┐
+    │ r7 ─► (a, 12, 104.2)     │ ──────► │ a: 3  │  a: 1   │ a: 812 tok@t │ a: 480│
+    │ r8 ─► (b,  0, 104.3)     │         │ b: 0  │  b: 1   │ b: 0         │ b: 0  │
+    └──────────────────────────┘         └───────┴─────────┴──────────────┴───────┘
+    routes: key ─► (request id, replica)     (key: Ray's internal id, or the request id)
+
+Events (the caller forwards the same ones to the policy's ``observe``)
+    ``decided``   the policy chose a replica; the request counts as *pending* there until
+                  ``routed`` (or ``withdraw``, or ``PENDING_TTL_S``): Ray awaits the
+                  replica's acceptance between the decision and ``on_request_routed``, so
+                  a burst would otherwise see the same in-flight counts for all of it.
+    ``routed``    in flight at the replica; its uncached prompt tokens (prompt minus the
+                  blocks the decision matched on that replica) join the replica's
+                  outstanding prefill backlog (``router.outstanding``).
+    ``completed`` no longer in flight.   ``gone``: the replica left; forget its counts.
+View (``view(replica_id, stats, queue_len, max_ongoing, now)``)
+    ``stats`` is the replica's raw report, decoded once by ``replica_view_from_stats``;
+    ``ongoing = max(own in-flight count, queue_len) + pending``, where ``queue_len`` is the
+    framework's own count (Ray's queue-length cache; the twin's replica count). The view
+    also records the report's prefill rate: a routed request's backlog drains at it.
+Stale reports (``fresh_reports=False``, live): reports are polled periodically, so the
+    router corrects them with what it knows it sent since:
+    - ``single_caller`` and nothing in flight at the replica: waiting, running and
+      waiting prefill are 0 whatever the last report said (it predates the idle moment);
+    - waiting prefill is ``max(reported, outstanding backlog drained at the reported rate)``.
+    With ``fresh_reports=True`` (the twin: stats are read at ``now``, after every routed
+    request reached its engine) the report already holds everything and is used as is.
+Load shares stay in the policy (``router.load_share``): they are policy knobs, fed by the
+same ``Routed`` events.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from router.outstanding import OutstandingPrefill
+from router.types import ReplicaView, RequestView
+from router.views import replica_view_from_stats
+
+PENDING_TTL_S = 30.0  # a decision never routed (the request was dropped) stops counting
+UNLIMITED = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class PendingDecision:
+    replica_id: str
+    matched_blocks: int
+    at: float
+
+
+class FleetBook:
+    def __init__(
+        self,
+        *,
+        block_size: int = 16,
+        single_caller: bool = True,
+        fresh_reports: bool = False,
+        pending_ttl_s: float = PENDING_TTL_S,
+    ) -> None:
+        self.block_size = block_size
+        self.single_caller = single_caller
+        self.fresh_reports = fresh_reports
+        self.pending_ttl_s = pending_ttl_s
+        self.inflight: collections.Counter[str] = collections.Counter()
+        self.pending: collections.Counter[str] = collections.Counter()
+        self.decisions: dict[str, PendingDecision] = {}  # insertion order = decision order
+        self.routes: dict[str, tuple[str, str]] = {}  # key -> (request id, replica)
+        self.outstanding = OutstandingPrefill()
+        self.rates: dict[str, float] = {}  # replica -> last reported prefill tokens/s
+
+    # ---- views ----------------------------------------------------------------------
+    def view(
+        self,
+        replica_id: str,
+        stats: Mapping[str, Any] | None,
+        *,
+        queue_len: int = 0,
+        max_ongoing: int = UNLIMITED,
+        now: float,
+    ) -> ReplicaView:
+        held = max(self.inflight[replica_id], queue_len)
+        view = replica_view_from_stats(
+            replica_id,
+            stats,
+            ongoing=held + self.pending[replica_id],
+            max_ongoing=max_ongoing,
+            default_block_size=self.block_size,
+        )
+        self.rates[replica_id] = view.prefill_tokens_per_s
+        if self.fresh_reports:
+            return view
+        return self._correct_stale(view, held, now)
+
+    def _correct_stale(self, view: ReplicaView, held: int, now: float) -> ReplicaView:
+        idle = self.single_caller and held == 0
+        if idle and (view.waiting or view.running or view.waiting_prefill_tokens):
+            view = dataclasses.replace(view, waiting=0, running=0, waiting_prefill_tokens=0)
+        own = self.outstanding.get(view.replica_id, view.prefill_tokens_per_s, now)
+        if own > view.waiting_prefill_tokens:
+            view = dataclasses.replace(view, waiting_prefill_tokens=own)
+        return view
+
+    # ---- events ---------------------------------------------------------------------
+    def decided(self, request_id: str, replica_id: str, matched_blocks: int, now: float) -> None:
+        self.expire(now)
+        self.withdraw(request_id)  # Ray may ask again for the same request
+        self.decisions[request_id] = PendingDecision(replica_id, matched_blocks, now)
+        self.pending[replica_id] += 1
+
+    def withdraw(self, request_id: str) -> PendingDecision | None:
+        """Drop a pending decision (routed, re-decided, or never sent); return it."""
+        entry = self.decisions.pop(request_id, None)
+        if entry is None:
+            return None
+        if self.pending[entry.replica_id] > 1:
+            self.pending[entry.replica_id] -= 1
+        else:
+            self.pending.pop(entry.replica_id, None)
+        return entry
+
+    def expire(self, now: float) -> None:
+        while self.decisions:
+            request_id, entry = next(iter(self.decisions.items()))
+            if now - entry.at <= self.pending_ttl_s:
+                break
+            self.withdraw(request_id)
+
+    def routed(self, key: str, request: RequestView | None, replica_id: str, now: float) -> None:
+        self.inflight[replica_id] += 1
+        self.routes[key] = (request.request_id if request else key, replica_id)
+        if request is None:
+            return
+        entry = self.withdraw(request.request_id)
+        matched = entry is not None and entry.replica_id == replica_id
+        cached = entry.matched_blocks * self.block_size if entry and matched else 0
+        rate = self.rates.get(replica_id, 0.0)
+        self.outstanding.add(replica_id, request.prompt_tokens - cached, rate, now)
+
+    def completed(self, key: str, replica_id: str) -> tuple[str, str]:
+        """The request is done; returns its (request id, replica) for the policy's event."""
+        request_id, rid = self.routes.pop(key, (key, replica_id))
+        if self.inflight[rid] > 0:
+            self.inflight[rid] -= 1
+        return request_id, rid
+
+    def gone(self, replica_id: str) -> None:
+        self.outstanding.forget(replica_id)
+        self.inflight.pop(replica_id, None)
