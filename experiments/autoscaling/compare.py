@@ -19,7 +19,7 @@ utilization (HPA-style) rule, side by side, in virtual time and live.
   2.5 req/s for 30/60/60 s: two replicas in the high phase, one outside it) and Azure trace
   seconds 1050-1200 (time ×0.5, lengths ×0.05, 75 s). Hold ``flock /tmp/llmfleet-live.lock`` around it. Baselines: their earlier
   setting and the cheapest on the step in livesim (shorter Ray delays).
-- livesim: the live workloads and variants in virtual time (``autoscale_sim.LIVE_MODEL``:
+- livesim: the live workloads and variants in virtual time (``experiments.autoscaling.sim.LIVE_MODEL``:
   the same engine profile, ~3-s boot, 2-s look-back, a 25-s tail), plus fixed fleets of 1
   and 2; seconds instead of minutes, so live tuning happens here.
 ``--floor N`` (live, livesim) runs every variant at ``min_replicas = N``, rows tagged
