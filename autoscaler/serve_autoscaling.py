@@ -16,7 +16,10 @@ wraps the policy with its own factors and delays, so ``build_autoscaling_config`
 ``upscale_delay_s = downscale_delay_s = 0`` for our policies (they own their hysteresis)
 and leaves Ray's default policy with Ray's delays for ``ongoing-requests``. With zero
 running replicas and queued requests Serve starts one replica without calling the policy.
-Our state keys never start with ``__`` (Serve's own keys in ``ctx.policy_state`` do).
+State: each policy keeps a frozen state dataclass; Serve wants a dict in
+``ctx.policy_state``. ``state_to_serve``/``state_from_serve`` convert here and only here:
+one entry per field, named as the field (never starting with ``__``, as Serve's own keys
+do; those are dropped on the way in and merged back by Serve on the way out).
 
 Contract with Ray's cluster autoscaler: each replica asks for the resources of its
 tensor-parallel group (e.g. ``{"GPU": tp}`` or a placement group of ``tp`` GPU bundles).
@@ -39,8 +42,9 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from autoscaler.registry import LIFTABLE_PARAMS, POLICY_NAMES, make_policy
-from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, State
+from autoscaler.common import RayDelayParams, parse_params
+from autoscaler.registry import POLICY_NAMES, check_params, make_policy
+from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, ScalingPolicy
 
 if TYPE_CHECKING:
     from ray.serve.config import AutoscalingConfig
@@ -89,36 +93,38 @@ def snapshot_from_context(ctx: Any) -> MetricsSnapshot:
     )
 
 
+def state_to_serve(state: Any) -> dict[str, Any]:
+    """A policy's state dataclass as Serve's policy-state dict (one entry per field)."""
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+
+
+def state_from_serve(policy: ScalingPolicy[Any], data: Mapping[str, Any]) -> Any:
+    """Serve's policy-state dict back to the policy's state dataclass; fields absent (the
+    first call: Serve starts from ``{}``) keep their initial values, other keys (Serve's
+    ``__`` ones) are ignored."""
+    initial = policy.initial_state()
+    names = {f.name for f in dataclasses.fields(initial)}
+    return dataclasses.replace(initial, **{k: v for k, v in data.items() if k in names})
+
+
 class ServeScalingPolicy:
     """Serve custom autoscaling policy class: ``policy_kwargs={"policy": ..., "config": ...}``."""
 
     def __init__(self, policy: str = "ttft-queue", config: Mapping[str, Any] | None = None) -> None:
         self.policy = make_policy(policy)
         self.config = scaling_config_from_dict(config or {})
+        check_params(policy, self.config.params)
 
-    def __call__(self, ctx: Any) -> tuple[int, State]:
+    def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
         snapshot = snapshot_from_context(ctx)
         cfg = dataclasses.replace(
             self.config,
             min_replicas=int(ctx.capacity_adjusted_min_replicas),
             max_replicas=int(ctx.capacity_adjusted_max_replicas),
         )
-        state = {k: v for k, v in (ctx.policy_state or {}).items() if not str(k).startswith("__")}
-        return self.policy.decide(snapshot, cfg, state)
-
-
-_LIFTABLE = LIFTABLE_PARAMS
-
-
-def lift_params(cfg: ScalingConfig) -> ScalingConfig:
-    """``params`` keys named like a ``ScalingConfig`` field override that field, so a YAML
-    ``autoscaling.params: {downscale_stable_s: 3}`` reaches the policy (the config file has
-    no section for every knob)."""
-    lifted = {k: float(cfg.params[k]) for k in _LIFTABLE if k in cfg.params}
-    if not lifted:
-        return cfg
-    rest = {k: v for k, v in cfg.params.items() if k not in lifted}
-    return dataclasses.replace(cfg, params=rest, **lifted)  # type: ignore[arg-type]
+        state = state_from_serve(self.policy, ctx.policy_state or {})
+        desired, new = self.policy.decide(snapshot, cfg, state)
+        return desired, state_to_serve(new)
 
 
 def build_autoscaling_config(
@@ -130,9 +136,9 @@ def build_autoscaling_config(
 ) -> AutoscalingConfig:
     from ray.serve.config import AutoscalingConfig, AutoscalingPolicy
 
-    cfg = lift_params(cfg)
     if policy not in POLICY_NAMES:
         raise ValueError(f"unknown autoscaling policy {policy!r}; choose one of {POLICY_NAMES}")
+    check_params(policy, cfg.params)
     common: dict[str, Any] = {
         "min_replicas": cfg.min_replicas,
         "max_replicas": cfg.max_replicas,
@@ -140,20 +146,22 @@ def build_autoscaling_config(
         "look_back_period_s": look_back_period_s,
     }
     if policy == "ongoing-requests":  # Ray's own default policy and delays
-        p = cfg.params
-        extra = {k: float(p[k]) for k in ("upscaling_factor", "downscaling_factor") if k in p}
+        d = parse_params(RayDelayParams, cfg.params, policy)
+        factors = ("upscaling_factor", "downscaling_factor")  # unset: Ray's own default (1)
         common |= {
             "target_ongoing_requests": cfg.target_ongoing_requests,
-            "upscale_delay_s": float(p.get("upscale_delay_s", cfg.upscale_cooldown_s)),
-            "downscale_delay_s": float(p.get("downscale_delay_s", cfg.downscale_cooldown_s)),
-            **extra,
+            "upscale_delay_s": d.upscale_delay_s,
+            "downscale_delay_s": d.downscale_delay_s,
+            **{k: getattr(d, k) for k in factors if k in cfg.params},
         }
     else:
         kwargs = {"policy": policy, "config": scaling_config_to_dict(cfg)}
         common |= {
             "upscale_delay_s": 0.0,
             "downscale_delay_s": 0.0,
-            "policy": AutoscalingPolicy(policy_function=ServeScalingPolicy, policy_kwargs=kwargs),
+            "policy": AutoscalingPolicy(  # type: ignore[no-untyped-call]  # Ray: no hints
+                policy_function=ServeScalingPolicy, policy_kwargs=kwargs
+            ),
         }
     with warnings.catch_warnings():  # metrics_interval_s is "deprecated" but still the knob
         warnings.simplefilter("ignore", DeprecationWarning)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,24 +45,30 @@ class MetricsSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class ScalingConfig:
+    """What every policy is given: the service's bounds and SLO, and the chosen policy's
+    knobs as a plain mapping (config files, Serve's ``policy_kwargs``). Each policy parses
+    ``params`` into its own frozen params class (``common.parse_params``), the one route
+    by which a knob reaches it; an unknown key is an error naming the known ones."""
+
     min_replicas: int = 1
     max_replicas: int = 8
     ttft_slo_s: float = 2.0  # target P95 TTFT
-    headroom: float = 0.7  # act when predicted queue delay exceeds headroom * SLO
-    upscale_cooldown_s: float = 5.0
-    downscale_cooldown_s: float = 30.0
-    downscale_stable_s: float = 20.0  # how long scale-down conditions must hold
-    target_ongoing_requests: float = 8.0  # for the ongoing-requests baseline
-    target_utilization: float = 0.7  # for the utilization baseline
-    params: Mapping[str, Any] = field(default_factory=dict)  # policy-specific knobs
+    target_ongoing_requests: float = 8.0  # ongoing-requests only (Ray's own config names it)
+    params: Mapping[str, Any] = field(default_factory=dict)  # the policy's knobs
 
 
-State = dict[str, Any]
+S = TypeVar("S")
 
 
-class ScalingPolicy(Protocol):
+class ScalingPolicy(Protocol[S]):
+    """A pure scaling rule. ``S`` is the policy's own frozen state dataclass: the caller
+    starts from ``initial_state()`` and passes each returned state to the next call (the
+    Serve adapter converts it to and from Serve's state dict, nobody else sees a dict)."""
+
     name: str
 
+    def initial_state(self) -> S: ...
+
     def decide(
-        self, snapshot: MetricsSnapshot, config: ScalingConfig, state: State
-    ) -> tuple[int, State]: ...
+        self, snapshot: MetricsSnapshot, config: ScalingConfig, state: S
+    ) -> tuple[int, S]: ...

@@ -86,7 +86,7 @@ class ClusterSim:
         self.records: dict[int, RequestRecord] = {}
         self.imbalance_samples: list[float] = []
         self.scaler, self.scaling = scaler, scaling or ScalingConfig()
-        self.scale_state: dict[str, Any] = {}
+        self.scale_state: Any = scaler.initial_state() if scaler is not None else None
         self.scale_log: list[tuple[float, int]] = []
         for _ in range(config.replicas):
             self._launch(ready_at=0.0)

@@ -75,7 +75,7 @@ def run_sim(
     sim = build_twin(twin_spec(setup, policy), slo)
     sim.config = replace(sim.config, tick_s=setup.tick_s)
     recorder = LookBackRecorder(make_policy(policy), setup.look_back_s)
-    sim.scaler, sim.scaling = recorder, scaling
+    sim.scaler, sim.scaling, sim.scale_state = recorder, scaling, recorder.initial_state()
     arrivals = [float(s.arrival_s or 0.0) for s in specs]
     probe = []
     if tail_s > 0:  # keep the clock (and the policy) running past the last request

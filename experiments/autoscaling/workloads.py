@@ -19,14 +19,9 @@ import random
 from collections import deque
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
-from autoscaler.types import (
-    MetricsSnapshot,
-    ReplicaMetrics,
-    ScalingConfig,
-    ScalingPolicy,
-    State,
-)
+from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, ScalingPolicy
 from bench.tokens import TokenSource
 from bench.types import RequestSpec
 from experiments.autoscaling.metrics import Sample
@@ -101,7 +96,7 @@ def average_metrics(window: list[ReplicaMetrics]) -> ReplicaMetrics:
 class LookBackRecorder:
     """A ``ScalingPolicy`` that averages metrics over a window, then asks ``inner``."""
 
-    def __init__(self, inner: ScalingPolicy, look_back_s: float, t0: float = 0.0) -> None:
+    def __init__(self, inner: ScalingPolicy[Any], look_back_s: float, t0: float = 0.0) -> None:
         self.inner = inner
         self.name = inner.name
         self.look_back_s = look_back_s
@@ -120,9 +115,12 @@ class LookBackRecorder:
         live = [m.replica_id for m in snapshot.replicas]
         return replace(snapshot, replicas=tuple(average_metrics(per[r]) for r in live))
 
+    def initial_state(self) -> Any:
+        return self.inner.initial_state()
+
     def decide(
-        self, snapshot: MetricsSnapshot, config: ScalingConfig, state: State
-    ) -> tuple[int, State]:
+        self, snapshot: MetricsSnapshot, config: ScalingConfig, state: Any
+    ) -> tuple[int, Any]:
         smooth = self.smoothed(snapshot)
         desired, new = self.inner.decide(smooth, config, state)
         after = max(config.min_replicas, min(config.max_replicas, int(desired)))

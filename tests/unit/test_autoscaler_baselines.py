@@ -6,17 +6,11 @@ import random
 
 import pytest
 
-from autoscaler.registry import POLICY_NAMES, make_policy
-from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, State
+from autoscaler.common import RayDelayState
+from autoscaler.registry import PARAMS, POLICY_NAMES, check_params, make_policy
+from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig
 
-CFG = ScalingConfig(
-    min_replicas=1,
-    max_replicas=10,
-    target_ongoing_requests=8.0,
-    target_utilization=0.7,
-    upscale_cooldown_s=5.0,
-    downscale_cooldown_s=30.0,
-)
+CFG = ScalingConfig(min_replicas=1, max_replicas=10, target_ongoing_requests=8.0)  # delays 5/30 s
 
 
 def snap(
@@ -30,7 +24,8 @@ def ongoing(n: int, each: float) -> list[ReplicaMetrics]:
 
 
 def run(name: str, snaps: list[MetricsSnapshot], cfg: ScalingConfig = CFG) -> list[int]:
-    policy, state, out = make_policy(name), {}, []
+    policy, out = make_policy(name), []
+    state = policy.initial_state()
     for s in snaps:
         desired, state = policy.decide(s, cfg, state)
         out.append(desired)
@@ -101,7 +96,8 @@ def test_registry_names_and_errors() -> None:
 def test_every_policy_stays_in_bounds_on_random_snapshots(name: str) -> None:
     rng = random.Random(POLICY_NAMES.index(name))
     cfg = ScalingConfig(min_replicas=1, max_replicas=6)
-    policy, state = make_policy(name), {}
+    policy = make_policy(name)
+    state = policy.initial_state()
     current = 2
     for tick in range(300):
         reps = [
@@ -120,12 +116,32 @@ def test_every_policy_stays_in_bounds_on_random_snapshots(name: str) -> None:
         ]
         desired, state = policy.decide(snap(tick * 0.5, current, reps), cfg, state)
         assert cfg.min_replicas <= desired <= cfg.max_replicas
-        assert isinstance(state, dict) and not any(str(k).startswith("__") for k in state)
+        assert type(state) is type(policy.initial_state())
         current = desired
 
 
-def test_state_is_not_mutated_in_place() -> None:
-    for name in POLICY_NAMES:
-        state: State = {"keep": 1}
-        make_policy(name).decide(snap(0.0, 2, ongoing(2, 50)), CFG, state)
-        assert state == {"keep": 1}
+def test_delay_state_says_what_is_pending() -> None:
+    policy = make_policy("ongoing-requests")
+    cfg = ScalingConfig(max_replicas=10, target_ongoing_requests=8.0)
+    _, state = policy.decide(snap(3.0, 2, ongoing(2, 20)), cfg, policy.initial_state())
+    assert state == RayDelayState(direction=1, since=3.0)
+    desired, state = policy.decide(snap(8.0, 2, ongoing(2, 20)), cfg, state)
+    assert desired == 5 and state == RayDelayState()  # moved: nothing pending
+
+
+def test_each_policy_rejects_params_it_does_not_read() -> None:
+    check_params("utilization", {"target_utilization": 0.5, "tolerance": 0.2})
+    with pytest.raises(ValueError, match="tolerance") as err:  # utilization's, not Ray's rule's
+        check_params("ongoing-requests", {"tolerance": 0.2})
+    assert "upscale_delay_s" in str(err.value)  # the known keys are listed
+    with pytest.raises(ValueError, match="known: \\(none\\)"):
+        check_params("none", {"upscale_delay_s": 1.0})
+    with pytest.raises(ValueError, match="not a number"):
+        check_params("utilization", {"tolerance": "wide"})
+    assert set(PARAMS) == set(POLICY_NAMES)
+    with pytest.raises(ValueError, match="boot_s"):  # decide parses the same way
+        make_policy("ttft-queue").decide(
+            snap(0.0, 1, []),
+            ScalingConfig(params={"boot": 1}),
+            make_policy("ttft-queue").initial_state(),
+        )

@@ -55,7 +55,8 @@ def _metrics(i: int, r: _Replica) -> ReplicaMetrics:
 
 
 def run_toy(name: str, tokens_per_s: Callable[[float], float], *, seed: int = 0) -> Outcome:
-    rng, policy, state = random.Random(seed), make_policy(name), {}
+    rng, policy = random.Random(seed), make_policy(name)
+    state = policy.initial_state()
     fleet, counts, ttfts, dt, boot_s = [_Replica(0.0)], [], [], 0.5, 10.0
     next_arrival = 0.0
     for tick in range(1200):  # 600 s

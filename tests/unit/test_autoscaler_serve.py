@@ -8,15 +8,18 @@ from typing import Any
 
 import pytest
 
+from autoscaler.registry import POLICY_NAMES, make_policy
 from autoscaler.serve_autoscaling import (
     ServeScalingPolicy,
     build_autoscaling_config,
-    lift_params,
     scaling_config_from_dict,
     scaling_config_to_dict,
     snapshot_from_context,
+    state_from_serve,
+    state_to_serve,
 )
-from autoscaler.types import ScalingConfig
+from autoscaler.ttft_queue import TTFTQueueState
+from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig
 
 
 @dataclass(frozen=True)
@@ -79,14 +82,17 @@ def test_context_edge_cases() -> None:
 
 def test_policy_class_decides_and_filters_serve_state() -> None:
     policy = ServeScalingPolicy(policy="ttft-queue", config={"max_replicas": 8, "ttft_slo_s": 2.0})
-    ctx = fake_ctx(policy_state={"__decision_counters": 3, "ttft.rate": 900.0})
+    ctx = fake_ctx(policy_state={"__decision_counters": 3, "rate": 900.0})
     desired, state = policy(ctx)
     assert desired == 4  # 5.6 s of queued prefill / (0.7 * 2 s)
-    assert "__decision_counters" not in state and state["ttft.rate"] == 1100.0
+    assert "__decision_counters" not in state and state["rate"] == 1100.0
+    assert state_from_serve(policy.policy, state).last_up_at == 1000.0
     capped = fake_ctx(capacity_adjusted_max_replicas=2)  # target_capacity respected
     assert policy(capped)[0] == 2  # target 3 > capacity-adjusted max 2: back to bounds
     with pytest.raises(ValueError):
         ServeScalingPolicy(policy="nope")
+    with pytest.raises(ValueError, match="known"):  # a typo fails when Serve builds it
+        ServeScalingPolicy(config={"params": {"headrooom": 0.5}})
 
 
 def test_scaling_config_dict_round_trip() -> None:
@@ -98,11 +104,13 @@ def test_scaling_config_dict_round_trip() -> None:
 
 def test_build_config_per_policy() -> None:
     cfg = ScalingConfig(
-        min_replicas=1, max_replicas=6, upscale_cooldown_s=3.0, target_ongoing_requests=4
+        min_replicas=1, max_replicas=6, target_ongoing_requests=4, params={"upscale_delay_s": 3}
     )
     ray_default = build_autoscaling_config("ongoing-requests", cfg)
     assert ray_default.policy.is_default_policy_function()
     assert ray_default.target_ongoing_requests == 4 and ray_default.upscale_delay_s == 3.0
+    assert ray_default.downscale_delay_s == 30.0  # RayDelayParams' default
+    cfg = ScalingConfig(min_replicas=1, max_replicas=6)
     for name in ("ttft-queue", "utilization", "none"):
         ac = build_autoscaling_config(name, cfg, metrics_interval_s=0.5, look_back_period_s=2.0)
         assert (ac.min_replicas, ac.max_replicas, ac.look_back_period_s) == (1, 6, 2.0)
@@ -111,6 +119,8 @@ def test_build_config_per_policy() -> None:
         assert ac.policy.get_policy() is ServeScalingPolicy
     with pytest.raises(ValueError):
         build_autoscaling_config("gpu", cfg)
+    with pytest.raises(ValueError, match="tolerance"):  # another policy's knob
+        build_autoscaling_config("ttft-queue", ScalingConfig(params={"tolerance": 0.1}))
 
 
 def test_runs_inside_rays_own_policy_wrapper() -> None:
@@ -152,16 +162,47 @@ def test_runs_inside_rays_own_policy_wrapper() -> None:
 
     desired, state = policy(ctx(100.0, {}))
     assert desired == 5  # ceil(7 s / 1.4 s), applied at once (Ray delays are 0)
-    assert state["ttft.last_up_at"] == 100.0 and "__decision_counters" in state
+    assert state["last_up_at"] == 100.0 and "__decision_counters" in state
+    desired, state = policy(ctx(101.0, state))  # Serve's dict back in: the state carries on
+    assert desired == 1 and state["settling"] is True  # (fresh state: 5 again) ...
+    assert state["prev_t"] == 101.0 and state["last_up_at"] == 100.0  # ... after an up-move
 
 
-def test_params_named_like_config_fields_reach_the_policy() -> None:
-    params = {"downscale_stable_s": 3, "target_utilization": 0.5, "peak_hold_s": 30.0}
-    cfg = ScalingConfig(min_replicas=1, max_replicas=3, params=params)
-    lifted = lift_params(cfg)
-    assert (lifted.downscale_stable_s, lifted.target_utilization) == (3.0, 0.5)
-    assert dict(lifted.params) == {"peak_hold_s": 30.0}
-    ac = build_autoscaling_config("ttft-queue", cfg)
+def test_params_reach_the_policy_in_the_config_serve_pickles() -> None:
+    params = {"downscale_stable_s": 3, "burst_hold_s": 30.0}
+    ac = build_autoscaling_config("ttft-queue", ScalingConfig(max_replicas=3, params=params))
     sent = ac.policy.policy_kwargs["config"]
-    assert sent["downscale_stable_s"] == 3.0 and sent["params"] == {"peak_hold_s": 30.0}
-    assert lift_params(ScalingConfig()) == ScalingConfig()
+    assert sent["params"] == params and "downscale_stable_s" not in sent
+
+
+def _busy_states() -> list[object]:
+    """Each policy's state after a few decisions, so that most fields are set."""
+    out = []
+    cfg = ScalingConfig(max_replicas=8, params={})
+    burst = ScalingConfig(max_replicas=8, params={"burst_hold_s": 60.0})
+    for name in POLICY_NAMES:
+        policy = make_policy(name)
+        state = policy.initial_state()
+        for t in range(6):
+            reps = tuple(
+                ReplicaMetrics(f"r{i}", waiting_prefill_tokens=3000.0 * (t % 3),
+                               prefix_queries=800.0 * t, ongoing=9.0) for i in range(2)
+            )  # fmt: skip
+            snapshot = MetricsSnapshot(float(t * 3), 2, reps)
+            _, state = policy.decide(snapshot, burst if name == "ttft-queue" else cfg, state)
+        out.append(state)
+    return out
+
+
+def test_state_round_trips_through_serves_dict() -> None:
+    states = _busy_states()
+    ttft = states[0]
+    assert isinstance(ttft, TTFTQueueState) and ttft.bursts and ttft.counters
+    assert ttft.last_up_at is not None and ttft.reason
+    for name, state in zip(POLICY_NAMES, states, strict=True):
+        data = state_to_serve(state)
+        assert not any(k.startswith("__") for k in data)
+        policy = make_policy(name)
+        assert state_from_serve(policy, data) == state
+        assert state_from_serve(policy, {**data, "__decision_counters": 4}) == state
+        assert state_from_serve(policy, {}) == policy.initial_state()

@@ -74,8 +74,9 @@ def test_utilization_baseline_scales_on_simulated_replicas() -> None:
     end = _serve(core, "a", 0.0, prompt=8192, out=400)  # ~2.8 s of steps
     m = ReplicaMetrics.from_stats("r0", core.stats(end).as_dict())
     assert m.busy_fraction == pytest.approx(end / BUSY_WINDOW_S)
-    cfg = ScalingConfig(min_replicas=1, max_replicas=8, target_utilization=0.1)
-    policy, state = UtilizationPolicy(), {}
+    cfg = ScalingConfig(min_replicas=1, max_replicas=8, params={"target_utilization": 0.1})
+    policy = UtilizationPolicy()
+    state = policy.initial_state()
     for t in (0.0, 5.0):  # Ray-like up delay (5 s here), then ceil(1 * 0.28 / 0.1)
         desired, state = policy.decide(MetricsSnapshot(t, 1, (m,)), cfg, state)
     assert desired == 3

@@ -6,11 +6,13 @@ import random
 
 import pytest
 
-from autoscaler.ttft_queue import TTFTQueuePolicy
-from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, State
+from autoscaler.registry import check_params
+from autoscaler.ttft_queue import TTFTQueuePolicy, TTFTQueueState
+from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig
 
-CFG = ScalingConfig(min_replicas=1, max_replicas=8, ttft_slo_s=2.0, headroom=0.7)  # budget 1.4 s
-POLICY = TTFTQueuePolicy()
+CFG = ScalingConfig(min_replicas=1, max_replicas=8, ttft_slo_s=2.0, params={"headroom": 0.7})
+POLICY = TTFTQueuePolicy()  # budget above: 0.7 x 2 s = 1.4 s
+S0 = TTFTQueueState()
 
 
 def rep(i: int, wpt: float = 0.0, rate: float = 1000.0, **kw: float) -> ReplicaMetrics:
@@ -24,9 +26,8 @@ def snap(
 
 
 def run(
-    snaps: list[MetricsSnapshot], cfg: ScalingConfig = CFG, state: State | None = None
-) -> tuple[list[int], State]:
-    state = {} if state is None else state
+    snaps: list[MetricsSnapshot], cfg: ScalingConfig = CFG, state: TTFTQueueState = S0
+) -> tuple[list[int], TTFTQueueState]:
     out = []
     for s in snaps:
         desired, state = POLICY.decide(s, cfg, state)
@@ -36,14 +37,14 @@ def run(
 
 def test_scales_up_in_proportion_to_queued_prefill_work() -> None:
     # 5600 tokens at 1000 tok/s = 5.6 s of prefill; budget 1.4 s -> 4 replicas, in one move
-    desired, state = POLICY.decide(snap(0.0, 1, [rep(0, 5600)]), CFG, {})
+    desired, state = POLICY.decide(snap(0.0, 1, [rep(0, 5600)]), CFG, S0)
     assert desired == 4
-    assert state["ttft.reason"].startswith("up")
+    assert state.reason.startswith("up")
 
 
 def test_no_change_when_queue_is_within_budget() -> None:
-    assert POLICY.decide(snap(0.0, 1, [rep(0, 1300)]), CFG, {})[0] == 1
-    assert POLICY.decide(snap(0.0, 2, [rep(0, 1300), rep(1, 1300)]), CFG, {})[0] == 2
+    assert POLICY.decide(snap(0.0, 1, [rep(0, 1300)]), CFG, S0)[0] == 1
+    assert POLICY.decide(snap(0.0, 2, [rep(0, 1300), rep(1, 1300)]), CFG, S0)[0] == 2
 
 
 def test_uses_each_replicas_own_queue_delay() -> None:
@@ -51,11 +52,11 @@ def test_uses_each_replicas_own_queue_delay() -> None:
         rep(0, 4000, rate=2000, queue_delay_s=2.0),
         rep(1, 500, rate=500, queue_delay_s=1.0),
     ]
-    assert POLICY.decide(snap(0.0, 2, fast_slow), CFG, {})[0] == 3  # ceil(3.0 / 1.4)
+    assert POLICY.decide(snap(0.0, 2, fast_slow), CFG, S0)[0] == 3  # ceil(3.0 / 1.4)
 
 
 def test_up_is_capped_at_max() -> None:
-    assert POLICY.decide(snap(0.0, 1, [rep(0, 100_000)]), CFG, {})[0] == 8
+    assert POLICY.decide(snap(0.0, 1, [rep(0, 100_000)]), CFG, S0)[0] == 8
 
 
 def test_backlog_term_waits_for_booting_replicas_then_acts_again() -> None:
@@ -76,7 +77,7 @@ def test_replicas_over_budget_do_not_count_as_room_for_arrivals() -> None:
     reps = [rep(0, 3000, prefill_load_tokens_per_s=1000.0)] + [
         rep(i, 300, prefill_load_tokens_per_s=500.0) for i in (1, 2)
     ]
-    desired, _ = POLICY.decide(snap(0.0, 3, reps), CFG, {})
+    desired, _ = POLICY.decide(snap(0.0, 3, reps), CFG, S0)
     assert desired == 4  # ceil(2.0 / 0.9) = 3 unblocked + 1 blocked
 
 
@@ -84,7 +85,7 @@ def test_rate_term_scales_before_a_queue_forms() -> None:
     # 3 replicas each prefilling 950 tok/s of 1000: 2.85 replica-equivalents / 0.9 -> 4
     hot = [rep(i, 0, prefill_load_tokens_per_s=950.0) for i in range(3)]
     out, state = run([snap(t, 3, hot) for t in (0.0, 5.0, 10.0)])
-    assert out == [4, 4, 4] and state["ttft.arrival"] == pytest.approx(2.85)
+    assert out == [4, 4, 4] and state.arrival == pytest.approx(2.85)
     # 2 replicas at 0.85 prefill utilisation, queues growing by 0.1 s of work per second each:
     # the backlog term stays at 2 (2 s / 1.4 s), arrivals ~1.9 replica-equivalents -> 3
     growing = [
@@ -93,12 +94,12 @@ def test_rate_term_scales_before_a_queue_forms() -> None:
     ]
     desired, state = run(growing)
     assert desired[0] == 2 and desired[-1] == 3
-    assert state["ttft.arrival"] == pytest.approx(1.9, abs=0.05)
+    assert state.arrival == pytest.approx(1.9, abs=0.05)
 
 
 def test_up_cooldown_applies_after_a_down_move() -> None:
     idle = _idle(3)
-    state: State = {}
+    state = S0
     for t, c in ((0.0, 3), (21.0, 3)):
         desired, state = POLICY.decide(snap(t, c, idle), CFG, state)
     assert desired == 1  # exact: one idle replica is enough
@@ -115,9 +116,9 @@ def test_starting_replicas_do_not_compound_the_target() -> None:
 
 def test_rate_falls_back_to_remembered_then_prior() -> None:
     no_rate = [rep(0, 5600, rate=0.0)]
-    assert POLICY.decide(snap(0.0, 1, no_rate), CFG, {"ttft.rate": 2000.0})[0] == 2  # 2.8 s
+    assert POLICY.decide(snap(0.0, 1, no_rate), CFG, TTFTQueueState(rate=2000.0))[0] == 2  # 2.8 s
     cfg = ScalingConfig(max_replicas=8, params={"prior_prefill_tokens_per_s": 4000.0})
-    assert POLICY.decide(snap(0.0, 1, no_rate), cfg, {})[0] == 1  # 1.4 s: not above budget
+    assert POLICY.decide(snap(0.0, 1, no_rate), cfg, S0)[0] == 1  # 1.4 s: not above budget
 
 
 def _idle(n: int) -> list[ReplicaMetrics]:
@@ -196,29 +197,13 @@ def test_scale_to_zero_and_back_on_pending_requests() -> None:
     assert run([snap(t, 1, []) for t in (0.0, 31.0, 62.0)], cfg)[0] == [1, 1, 1]  # no metrics
     desired, _ = POLICY.decide(snap(40.0, 0, [], pending=3), cfg, state)
     assert desired == 1
-    cfg_tokens = ScalingConfig(
-        min_replicas=0, max_replicas=4, params={"pending_request_tokens": 1000.0}
-    )
-    assert POLICY.decide(snap(40.0, 0, [], pending=3), cfg_tokens, state)[0] == 3  # 3 s / 1.4
 
 
 def test_bounds_are_enforced() -> None:
-    assert POLICY.decide(snap(0.0, 0, []), CFG, {})[0] == 1
-    assert POLICY.decide(snap(0.0, 0, [], pending=1), CFG, {"ttft.rate": 1000.0})[0] == 1
-    assert POLICY.decide(snap(0.0, 10, _idle(10)), CFG, {})[0] == 8
-    assert POLICY.decide(snap(0.0, 0, [rep(0, 5600)]), CFG, {})[0] == 4  # below min, big backlog
-
-
-def test_peak_hold_keeps_recent_burst_capacity_then_releases_it() -> None:
-    cfg = ScalingConfig(
-        min_replicas=1, max_replicas=8, ttft_slo_s=2.0, params={"peak_hold_s": 100.0}
-    )
-    desired, state = POLICY.decide(snap(0.0, 1, [rep(0, 5600)]), cfg, {})
-    assert desired == 4
-    held, state = run([snap(float(t), 4, _idle(4)) for t in range(1, 100, 5)], cfg, state)
-    assert set(held) == {4}  # idle, but the burst of t=0 is younger than peak_hold_s
-    later, _ = run([snap(float(t), 4, _idle(4)) for t in range(101, 200, 5)], cfg, state)
-    assert min(later) == 1
+    assert POLICY.decide(snap(0.0, 0, []), CFG, S0)[0] == 1
+    assert POLICY.decide(snap(0.0, 0, [], pending=1), CFG, TTFTQueueState(rate=1000.0))[0] == 1
+    assert POLICY.decide(snap(0.0, 10, _idle(10)), CFG, S0)[0] == 8
+    assert POLICY.decide(snap(0.0, 0, [rep(0, 5600)]), CFG, S0)[0] == 4  # below min, big backlog
 
 
 def test_boot_time_discounts_backlog_the_fleet_drains_before_new_replicas_serve() -> None:
@@ -226,43 +211,15 @@ def test_boot_time_discounts_backlog_the_fleet_drains_before_new_replicas_serve(
     reps = [rep(i, 2000) for i in range(4)]
     no_boot = ScalingConfig(min_replicas=1, max_replicas=16, ttft_slo_s=2.0)
     boot = ScalingConfig(min_replicas=1, max_replicas=16, ttft_slo_s=2.0, params={"boot_s": 30.0})
-    assert POLICY.decide(snap(0.0, 4, reps), no_boot, {})[0] == 6  # ceil(8 s / 1.4 s)
-    assert POLICY.decide(snap(0.0, 4, reps), boot, {})[0] == 4  # nothing left after 30 s
+    assert POLICY.decide(snap(0.0, 4, reps), no_boot, S0)[0] == 6  # ceil(8 s / 1.4 s)
+    assert POLICY.decide(snap(0.0, 4, reps), boot, S0)[0] == 4  # nothing left after 30 s
 
 
 def _steady(t: float, n: int, load_per_replica: float) -> MetricsSnapshot:
     return snap(t, n, [rep(i, 0, prefill_load_tokens_per_s=load_per_replica) for i in range(n)])
 
 
-def test_surge_reserve_reacts_to_an_arrival_jump_at_once_and_holds_it() -> None:
-    params = {"surge_tau_s": 0.0, "growth_tau_s": 30.0, "surge_utilization": 1.0}
-    on = ScalingConfig(min_replicas=4, max_replicas=16, params={**params, "surge_hold_s": 100.0})
-    off = ScalingConfig(min_replicas=4, max_replicas=16, params=params)
-    calm = [_steady(float(t), 4, 250.0) for t in range(0, 10)]  # 1 replica-equivalent
-    jump = _steady(10.0, 4, 1500.0)  # 6 replica-equivalents of prefill work, suddenly
-    out, state = run([*calm, jump], on)
-    # arrival (30-s EWMA) barely moved: ~1.16 -> ceil(1.16 / 0.9 + (6 - 1.16) / 1.0) = 7
-    assert out[-1] == 7 and state["ttft.reason"].startswith("up")
-    assert run([*calm, jump], off)[0][-1] == 4  # without the reserve: ceil(1.16 / 0.9) = 2
-    after, state = run([_steady(float(t), 7, 1000.0 / 7) for t in range(11, 110, 5)], on, state)
-    # the jump is younger than surge_hold_s: its capacity stays (the sustained part, 1.16 ->
-    # 1.0 replica-equivalents, may shed one), far above the 2 that the calm load needs
-    assert after[0] == 7 and min(after) >= 6
-    later, _ = run([_steady(float(t), 7, 1000.0 / 7) for t in range(111, 200, 5)], on, state)
-    assert 4 in later and 5 not in later and 6 not in later  # released: straight to the floor
-
-
-def test_window_max_keeps_a_decreasing_queue_of_recent_values() -> None:
-    from autoscaler.ttft_signals import window_max
-
-    q: list[list[float]] = []
-    for t, v in ((0.0, 5.0), (1.0, 3.0), (2.0, 4.0), (3.0, 1.0)):
-        q = window_max(q, t, v, hold_s=10.0)
-    assert q == [[0.0, 5.0], [2.0, 4.0], [3.0, 1.0]]
-    assert window_max(q, 10.5, 0.5, hold_s=10.0) == [[2.0, 4.0], [3.0, 1.0], [10.5, 0.5]]
-
-
-BURST = {"burst_hold_s": 300.0, "burst_utilization": 0.5, "surge_tau_s": 0.0}
+BURST = {"burst_hold_s": 300.0, "burst_utilization": 0.5, "fast_tau_s": 0.0}
 
 
 def _load(t: float, n: int, replicas_busy: float) -> MetricsSnapshot:
@@ -271,8 +228,8 @@ def _load(t: float, n: int, replicas_busy: float) -> MetricsSnapshot:
 
 
 def _follow(
-    load: list[tuple[float, float]], cfg: ScalingConfig, n: int, state: State
-) -> tuple[list[int], State]:
+    load: list[tuple[float, float]], cfg: ScalingConfig, n: int, state: TTFTQueueState
+) -> tuple[list[int], TTFTQueueState]:
     """Feed ``(t, replicas_busy)`` with the fleet at the policy's last answer."""
     out = []
     for t, busy in load:
@@ -284,7 +241,7 @@ def _follow(
 def test_burst_reserve_holds_capacity_for_a_transient_burst_between_bursts() -> None:
     cfg = ScalingConfig(min_replicas=1, max_replicas=16, params=BURST)
     calm = [(float(t), 0.5) for t in range(0, 10)]
-    out, state = _follow([*calm, (10.0, 4.0)], cfg, 2, {})
+    out, state = _follow([*calm, (10.0, 4.0)], cfg, 2, S0)
     assert out[-1] == 8  # fast = 4 replica-equivalents at once -> ceil(4 / 0.5), in one move
     # the burst is over in seconds: the minute-scale rate never came near it, so it is held
     idle, state = _follow([(float(t), 0.0) for t in range(11, 300, 5)], cfg, 8, state)
@@ -297,9 +254,9 @@ def test_burst_reserve_releases_a_level_shift_once_the_rate_settles_there() -> N
     cfg = ScalingConfig(min_replicas=1, max_replicas=16, params=BURST)
     calm = [(float(t), 0.5) for t in range(0, 10)]
     step = [(float(t), 4.0) for t in range(10, 200)]  # the rate jumps and stays
-    out, state = _follow([*calm, *step], cfg, 2, {})
+    out, state = _follow([*calm, *step], cfg, 2, S0)
     assert out[0] == 2 and max(out) == 8  # the jump looks like a burst when it starts
-    assert state["ttft.slow"] > 0.6 * 4.0  # ... until the level rate reaches 0.6 x the peak
+    assert state.slow > 0.6 * 4.0  # ... until the level rate reaches 0.6 x the peak
     # released: back down to the calm load well before burst_hold_s, unlike a burst
     after, _ = _follow([(float(t), 0.5) for t in range(200, 300)], cfg, out[-1], state)
     assert after[-1] <= 2
@@ -308,7 +265,24 @@ def test_burst_reserve_releases_a_level_shift_once_the_rate_settles_there() -> N
 def test_held_burst_keeps_only_peaks_the_level_rate_stayed_far_below() -> None:
     from autoscaler.ttft_signals import held_burst
 
-    state = {"ttft.bursts": [[0.0, 6.0, 1.0], [5.0, 4.0, 3.5], [9.0, 1.0, 0.2]]}
+    state = TTFTQueueState(bursts=((0.0, 6.0, 1.0), (5.0, 4.0, 3.5), (9.0, 1.0, 0.2)))
     assert held_burst(state, level_shift=0.6) == 6.0  # 1.0 < 3.6: transient
-    state["ttft.bursts"][0][2] = 4.0  # the level rate reached 4.0 >= 0.6 x 6 since
-    assert held_burst(state, level_shift=0.6) == 1.0  # 3.5 >= 2.4 is a step too
+    state = TTFTQueueState(bursts=((0.0, 6.0, 4.0), *state.bursts[1:]))  # level reached 4.0
+    assert held_burst(state, level_shift=0.6) == 1.0  # 4.0 >= 3.6 and 3.5 >= 2.4: steps
+
+
+def test_knobs_arrive_only_as_typed_params() -> None:
+    check_params("ttft-queue", {"burst_hold_s": 900, "max_downscale_step": 2, "headroom": 0.5})
+    for removed in ("peak_hold_s", "surge_hold_s", "pending_request_tokens", "ttft_slo_s"):
+        with pytest.raises(ValueError, match="known: .*boot_s") as err:
+            check_params("ttft-queue", {removed: 1.0})
+        assert removed in str(err.value)
+    strict = ScalingConfig(params={"headroom": 0.35})  # halves the budget: 5.6 s / 0.7 s
+    assert POLICY.decide(snap(0.0, 1, [rep(0, 5600)]), strict, S0)[0] == 8
+
+
+def test_decide_returns_new_state_and_leaves_the_old_one() -> None:
+    desired, state = POLICY.decide(snap(5.0, 1, [rep(0, 5600)]), CFG, S0)
+    assert S0 == TTFTQueueState() and state is not S0
+    assert (desired, state.last_up_at, state.last_scale_at, state.settling) == (4, 5.0, 5.0, True)
+    assert state.prev_t == 5.0 and state.prev_work_s == pytest.approx(5.6) and state.rate == 1000

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, State
+from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig
 from bench.types import RequestRecord
 from experiments.autoscaling.compare import Variant
 from experiments.autoscaling.metrics import (
@@ -91,7 +91,10 @@ class _Echo:
     def __init__(self) -> None:
         self.seen: list[float] = []
 
-    def decide(self, s: MetricsSnapshot, c: ScalingConfig, st: State) -> tuple[int, State]:
+    def initial_state(self) -> None:
+        return None
+
+    def decide(self, s: MetricsSnapshot, c: ScalingConfig, st: None) -> tuple[int, None]:
         self.seen.append(s.replicas[0].busy_fraction)
         return s.current_replicas + 1, st
 
@@ -102,7 +105,7 @@ def test_look_back_recorder_averages_per_replica_and_records() -> None:
     cfg = ScalingConfig(min_replicas=1, max_replicas=2)
     for t, busy in enumerate([1.0, 0.0, 1.0, 0.0]):
         m = ReplicaMetrics("r0", busy_fraction=busy, queue_delay_s=busy * 3)
-        rec.decide(MetricsSnapshot(float(t), 2, (m,)), cfg, {})
+        rec.decide(MetricsSnapshot(float(t), 2, (m,)), cfg, rec.initial_state())
     assert inner.seen == pytest.approx([1.0, 0.5, 2 / 3, 1 / 3])  # window = last 3 ticks
     assert [(s.replicas, s.desired, s.queue_delay_s) for s in rec.samples][:2] == [
         (2, 3, 3.0), (2, 3, 0.0),
@@ -110,8 +113,9 @@ def test_look_back_recorder_averages_per_replica_and_records() -> None:
 
 
 def test_variant_splits_config_fields_from_params() -> None:
-    cfg = Variant("utilization", "x", {"target_utilization": 0.5, "tolerance": 0.2}).scaling(1, 9)
-    assert cfg.target_utilization == 0.5 and dict(cfg.params) == {"tolerance": 0.2}
+    overrides = {"target_ongoing_requests": 2.0, "upscale_delay_s": 2.0}
+    cfg = Variant("ongoing-requests", "x", overrides).scaling(1, 9)
+    assert cfg.target_ongoing_requests == 2.0 and dict(cfg.params) == {"upscale_delay_s": 2.0}
     assert (cfg.min_replicas, cfg.max_replicas) == (1, 9)
 
 

@@ -136,6 +136,9 @@ class StepScaler:
         self.plan = plan
         self.snapshots: list[MetricsSnapshot] = []
 
+    def initial_state(self) -> dict:
+        return {}
+
     def decide(
         self, snapshot: MetricsSnapshot, config: ScalingConfig, state: dict
     ) -> tuple[int, dict]:
