@@ -103,9 +103,9 @@ class TTFTQueuePolicy:
         if need > current:
             new = replace(new, down_since=None)
             last_down = new.last_down_at
-            if current > 0 and last_down is not None:
-                if snapshot.now - last_down < p.upscale_cooldown_s:
-                    return current, replace(new, reason=f"hold: up-cooldown (need {need})")
+            in_cooldown = last_down is not None and snapshot.now - last_down < p.upscale_cooldown_s
+            if current > 0 and in_cooldown:
+                return current, replace(new, reason=f"hold: up-cooldown (need {need})")
             return _move(need, snapshot, new, why)
         return _maybe_down(_down_target(d, new, held=need), d, new)
 

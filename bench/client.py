@@ -174,8 +174,11 @@ async def send(
 async def first_model(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> str:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        async with session.get(base_url.rstrip("/") + "/v1/models", headers=headers) as resp:
-            resp.raise_for_status()
-            data = await resp.json()
+    url = base_url.rstrip("/") + "/v1/models"
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(url, headers=headers) as resp,
+    ):
+        resp.raise_for_status()
+        data = await resp.json()
     return str(data["data"][0]["id"])

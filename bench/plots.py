@@ -11,10 +11,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from bench.report import latency_samples  # noqa: E402
-from bench.types import RequestRecord  # noqa: E402
+from bench.report import latency_samples
+from bench.types import RequestRecord
 
 MAX_LANES = 400
 

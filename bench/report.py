@@ -11,6 +11,7 @@ batched chunks or the usage count is wrong).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -76,7 +77,7 @@ def latency_samples(ok: Sequence[RequestRecord]) -> dict[str, list[float]]:
             if value is not None:
                 out[key].append(value)
         times = r.token_times_s
-        out["itl_ms"].extend((b - a) * 1000 for a, b in zip(times, times[1:], strict=False))
+        out["itl_ms"].extend((b - a) * 1000 for a, b in itertools.pairwise(times))
     return out
 
 

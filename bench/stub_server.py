@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -162,10 +163,8 @@ def main() -> None:
     p.add_argument("--chunks", type=int, default=4)
     p.add_argument("--delay-s", type=float, default=0.0)
     p.add_argument("--lifetime-s", type=float, default=600.0)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(p.parse_args()))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 2
     stopping = {"flag": False}
 
-    def _stop(signum: int, frame: Any) -> None:
+    def _stop(_signum: int, _frame: Any) -> None:
         stopping["flag"] = True
 
     signal.signal(signal.SIGTERM, _stop)
@@ -91,7 +91,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def cmd_status(_args: argparse.Namespace) -> int:
     import httpx
 
     from cluster import runtime
@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0)
     p.set_defaults(func=cmd_down)
     p = sub.add_parser("prepare-model", help="convert the default model once (no hub)")
-    p.set_defaults(func=lambda a: __import__("replicas.model_prep", fromlist=["main"]).main([]))
+    p.set_defaults(func=lambda _args: __import__("replicas.model_prep", fromlist=["main"]).main([]))
     _add_bench(sub)
     _add_sim(sub)
     return parser

@@ -38,7 +38,7 @@ async def _api_error(_: Request, err: APIError) -> JSONResponse:
 
 
 @app.exception_handler(Exception)
-async def _internal(_: Request, err: Exception) -> JSONResponse:
+async def _internal(_: Request, _err: Exception) -> JSONResponse:
     log.exception("internal error")
     return error_response(
         APIError(500, "internal server error", type="server_error", code="internal_error")

@@ -49,7 +49,7 @@ class APIError(Exception):
         }
 
 
-def _at_least_one(cls: type, v: int | None, info: ValidationInfo) -> int | None:
+def _at_least_one(cls: type, v: int | None, info: ValidationInfo) -> int | None:  # noqa: ARG001 (pydantic reads the name)
     """Shared by ``max_tokens`` and ``max_completion_tokens``."""
     if v is not None and v <= 0:
         raise ValueError(f"{info.field_name} must be at least 1")

@@ -7,6 +7,7 @@ what ``up`` started so ``status`` and ``down`` can find it, also after a crash.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -82,7 +83,7 @@ def wait_ready(url: str, timeout_s: float = 300.0) -> None:
     raise TimeoutError(f"{url} not ready after {timeout_s:.0f} s ({last})")
 
 
-def stop(cfg: FleetConfig | None = None) -> None:
+def stop() -> None:
     import ray
     from ray import serve
 
@@ -137,9 +138,7 @@ def kill_ray_session(session_dir: str) -> int:
             continue
     victims.pop(os.getpid(), None)
     for proc in victims.values():
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(list(victims.values()), timeout=10)
     return len(victims)

@@ -14,19 +14,19 @@ from replicas.sim.scheduler import Batch
 
 class SimReplica:
     __slots__ = (
-        "replica_id",
-        "core",
-        "ongoing",
         "batch",
         "batch_start",
-        "gen",
-        "ready",
+        "core",
         "draining",
-        "started_at",
-        "stopped_at",
-        "served",
+        "gen",
+        "ongoing",
+        "ready",
+        "replica_id",
         "report",
         "report_at",
+        "served",
+        "started_at",
+        "stopped_at",
     )
 
     def __init__(

@@ -13,6 +13,7 @@ decision (virtual time) or every poll (live), and the per-request records. Outpu
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,7 @@ class ScaleEvent:
 
 def scale_events(samples: Sequence[Sample]) -> list[ScaleEvent]:
     out: list[ScaleEvent] = []
-    for prev, cur in zip(samples, samples[1:], strict=False):
+    for prev, cur in itertools.pairwise(samples):
         if cur.replicas != prev.replicas:
             out.append(ScaleEvent(cur.t, prev.replicas, cur.replicas))
     return out
@@ -47,7 +48,7 @@ def scale_events(samples: Sequence[Sample]) -> list[ScaleEvent]:
 
 def reversals(events: Sequence[ScaleEvent]) -> int:
     dirs = [e.direction for e in events if e.direction != 0]
-    return sum(1 for a, b in zip(dirs, dirs[1:], strict=False) if a != b)
+    return sum(1 for a, b in itertools.pairwise(dirs) if a != b)
 
 
 def reaction_s(events: Sequence[ScaleEvent], step_t: float) -> float | None:

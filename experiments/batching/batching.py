@@ -12,6 +12,7 @@ Run: python -m experiments.batching.batching [--out-dir results] [--requests 300
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 from collections.abc import Sequence
@@ -136,11 +137,7 @@ def chunked_prefill_experiment(prompt: int = 32_768, decoders: int = 16) -> list
 
 
 def _series(times: list[float], window: tuple[float, float]) -> list[float]:
-    return [
-        b - a
-        for a, b in zip(times, times[1:], strict=False)
-        if window[0] - 0.3 <= b <= window[1] + 0.3
-    ]
+    return [b - a for a, b in itertools.pairwise(times) if window[0] - 0.3 <= b <= window[1] + 0.3]
 
 
 def _plot(batching: list[dict[str, Any]], chunked: list[dict[str, Any]], out_dir: Path) -> None:

@@ -7,6 +7,7 @@ TTFT and P95 ITL for each replica count, plus peak RSS of the whole process tree
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import tempfile
 import threading
@@ -28,10 +29,8 @@ def _tree_rss(pid: int) -> int:
         return 0
     total = 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
     return total
 
 
