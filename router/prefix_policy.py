@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from router.config import RouterConfig
 from router.index import PrefixIndex
 from router.load_share import LoadShare, PrefixHeat
-from router.pipeline import available, pick_best, within_load_bound
-from router.scorers import ScoringContext, fleet_rate, queue_depth, weighted_scores
+from router.pipeline import available, pick_best, weighted_sum, within_load_bound
+from router.scorers import ScoringContext, fleet_rate, queue_depth, weighted_scorers
 from router.types import (
     Completed,
     KVBlocksRemoved,
@@ -72,6 +72,7 @@ class PrefixAwarePolicy:
         self.rng = rng or random.Random(0)
         self.cache_lookup = cache_lookup
         self.index = index or PrefixIndex(self.config.default_capacity_blocks)
+        self.scorers = weighted_scorers(self.config.weights)
         self._capacity_hint: dict[str, int] = {}
         self._last_kv_event: dict[str, float] = {}
         self._unacked_since: dict[str, float] = {}  # first Routed after the last KV event
@@ -102,8 +103,8 @@ class PrefixAwarePolicy:
         rate = fleet_rate(healthy)
         best = max(matches.values(), default=0)
         share = self.relative_share(healthy) if best == 0 and self.config.weights.share else {}
-        ctx = ScoringContext(request, matches, self.block_size, self.config, rate, fill, share)
-        scores = weighted_scores(ctx, bounded)
+        ctx = ScoringContext(matches, self.block_size, self.config, rate, fill, share)
+        scores = weighted_sum(self.scorers, ctx, request, bounded)
         chosen = pick_best(scores, self.rng)
         got = matches.get(chosen, 0)
         reason = "fallback" if best == 0 else ("affinity" if got == best else "balance")
@@ -133,9 +134,12 @@ class PrefixAwarePolicy:
         within = within_load_bound(healthy, cfg.load_slack, cfg.min_load_cap)
         over = self.load_share.over_share([r.replica_id for r in healthy], cfg.share_slack)
         floor = cfg.min_load_cap
-        kept = [r for r in within if r.replica_id not in over or queue_depth(r) < floor] or within
-        dropped = {r.replica_id for r in healthy} - {r.replica_id for r in kept}
-        if dropped:
+        kept = within
+        if over:
+            kept = [r for r in within if r.replica_id not in over or queue_depth(r) < floor]
+            kept = kept or within
+        if len(kept) < len(healthy):
+            dropped = {r.replica_id for r in healthy} - {r.replica_id for r in kept}
             exempt = self.keeps_sole_holder(request, matches or {}, healthy, dropped) - over
             kept = [r for r in healthy if r.replica_id not in dropped or r.replica_id in exempt]
         return kept
