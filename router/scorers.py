@@ -73,7 +73,7 @@ def fleet_rate(replicas: Sequence[ReplicaView]) -> float:
     between their smoothed rates are measurement noise. Used raw, that noise decides every
     cold request among idle replicas, always for whichever replica measured fastest (rich
     get richer). The median keeps the scorer's scale and drops the noise."""
-    rates = sorted(r.prefill_tokens_per_s for r in replicas if r.prefill_tokens_per_s > 0)
+    rates = sorted([x for r in replicas if (x := r.prefill_tokens_per_s) > 0])
     return rates[len(rates) // 2] if rates else 0.0
 
 
@@ -117,7 +117,7 @@ class KVUsageScorer:
     def score(
         self, _ctx: ScoringContext, _request: RequestView, replicas: Sequence[ReplicaView], /
     ) -> list[float]:
-        return [_free(r.kv_usage) for r in replicas]
+        return [1.0 if (u := r.kv_usage) <= 0.0 else 0.0 if u >= 1.0 else 1.0 - u for r in replicas]
 
 
 class TTFTScorer:
@@ -153,7 +153,10 @@ class SpreadScorer:
         if not fill:  # oracle mode keeps no index: nothing to spread by
             return [1.0] * len(replicas)
         get = fill.get
-        return [_free(get(r.replica_id, 0.0)) for r in replicas]
+        return [
+            1.0 if (f := get(r.replica_id, 0.0)) <= 0.0 else 0.0 if f >= 1.0 else 1.0 - f
+            for r in replicas
+        ]
 
 
 class ShareScorer:
@@ -170,11 +173,6 @@ class ShareScorer:
             1.0 if (s := get(r.replica_id, 0.0)) <= 0.0 else 0.0 if s >= 2.0 else 1.0 - s / 2.0
             for r in replicas
         ]
-
-
-def _free(used: float) -> float:
-    """``1 - used`` clamped to [0, 1]."""
-    return 1.0 if used <= 0.0 else 0.0 if used >= 1.0 else 1.0 - used
 
 
 SCORERS: Mapping[str, Scorer] = {
