@@ -1,37 +1,28 @@
 """Router knobs, built from a plain config dict (unknown keys are an error).
 
-Defaults and why
-- weights: ttft 2.0, prefix 1.0, queue 0.5, kv 0.2, spread 0.5, share 1.0 — predicted TTFT (which already
-  credits cached tokens) leads so a cache hit behind a long prefill queue loses to a cold
-  idle replica; prefix adds stickiness; queue depth and KV pressure break near-ties.
-  spread 0.5: SGLang's "smallest tree" fallback as a score, so a prefix nobody holds goes to
-  the replica with the least cached content and new prefixes do not collide at random.
-- share 1.0: cold requests (no replica holds any of the prompt) go where the least work was
-  routed recently (``ShareScorer``). 64-replica H100 sim, Mooncake trace (P95 TTFT ms, hit
-  %, imbalance): without 1133, 64.6, 1.56; 1.0: 1133, 64.6, 1.21; 2.0: 1148, 64.3, 1.20.
-  8 L4, 24 Zipf groups, 18 req/s: 1212, 83.3, 1.20 -> 1195, 83.5, 1.16; at 12 req/s
-  1156, 84.2, 1.34 -> 1158, 83.0, 1.17; 64 H100 shared prefix: unchanged (12, 96.9, 1.01).
-  Applied to every request instead (not only cold ones) it fights affinity: weight 1.0
-  sent shared-prefix requests away from owners at their fair share (imbalance 2.04).
+Defaults and why (the measurements behind them: docs/results/router.md, "Design notes
+moved from code")
+- weights (one per scorer in ``router.scorers``, same names): ttft 2.0, prefix 1.0,
+  queue 0.5, kv 0.2, spread 0.5, share 1.0. Predicted TTFT (which already credits cached
+  tokens) leads, so a cache hit behind a long prefill queue loses to a cold idle replica;
+  prefix adds stickiness; queue depth and KV pressure break near-ties. spread: a prefix
+  nobody holds goes to the replica with the least cached content, so new prefixes do not
+  collide at random. share: a cold request (no replica holds any of the prompt) goes
+  where the least work was routed recently; it applies to cold requests only, because
+  applied to every request it fights affinity, sending shared-prefix requests away from
+  owners at their fair share.
 - share_slack 0.25, share_window_s 30: the hot-spot guard (``router.load_share``). A replica
   that took more than 1.25x an equal share of the work routed over the last ~30 s, and has
   ``min_load_cap`` or more requests in flight, is filtered out, which replicates a hot
   prefix to more replicas instead of queueing it behind one.
 - load_slack 1.0: the burst guard, on requests in flight *now*: cap = ceil((1 + slack) *
-  (in-flight + 1) / replicas). It was the only bound (slack 0.25) until Poisson bursts
-  proved to trip it: an owner crossing a cap of 2–3 by chance sent a request to a replica
-  without the prefix. 8-replica L4 sim, 8 groups x 40, 1k system prompt, 5 req/s (P95 ms,
-  hit %, imbalance): slack 0.25 / cap 4: 230, 92.1, 1.30; slack 1.0 / cap 6 + share bound:
-  133, 94.2, 1.05. 24 Zipf-1.2 groups, 4k system + 512 question, 16 req/s: 1170, 84.2, 1.08
-  (Ray-style pure affinity: 2798, 86.3, 5.11).
+  (in-flight + 1) / replicas). Loose, because the sustained imbalance is the share
+  guard's job: with a tight cap (0.25) Poisson bursts tripped it, an owner crossing a cap
+  of 2 or 3 by chance and sending a request to a replica without the prefix.
 - min_load_cap 6: neither bound filters a replica with fewer than 6 requests in flight.
   At low utilisation (fewer requests than replicas) the fair-share cap is 1 and would send
   a prefix away from its owner whenever the owner holds a single request; engines batch,
   so a few more requests cost little, and under real load the fair-share cap is higher.
-Measured before the share bound existed (64-replica sim, Mooncake trace / shared-prefix 64x64; P95 TTFT ms, hit %,
-imbalance): min_load_cap 1, spread 0: 1257, 61.1, 1.35 / –; cap 2: 1148, 64.4, 1.40 /
-12, 94.6, 1.78; cap 4: 1136, 64.5, 1.40 / 12, 96.3, 2.03; cap 2 + spread 0.5: 1148, 64.5,
-1.59 / 12, 94.9, 1.19; cap 4 + spread 0.5 (default): 1131, 64.6, 1.56 / 12, 96.8, 1.19.
 - queue_ref 4, ttft_ref_s 1.0: the load at which those scorers reach 0.5.
 - default_prefill_tokens_per_s 1000: used until a replica reports a measured rate.
 - fallback_after_s 5.0: precise mode trusts Routed events again for a replica that gets
@@ -79,8 +70,8 @@ class RouterConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> RouterConfig:
         data = dict(data or {})
-        weights = _build(Weights, data.pop("weights", None) or {}, "weights")
-        cfg = _build(cls, data, "router config")
+        weights: Weights = _build(Weights, data.pop("weights", None) or {}, "weights")
+        cfg: RouterConfig = _build(cls, data, "router config")
         cfg = replace(cfg, weights=weights)
         bad = (
             min(cfg.load_slack, cfg.share_slack) < 0

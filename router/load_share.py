@@ -63,24 +63,33 @@ class LoadShare:
 
     def shares(self, replica_ids: list[str]) -> dict[str, float]:
         """Each replica's fraction of the decayed work routed to ``replica_ids`` (0 if none)."""
-        scaled = self._scaled
-        vals = {rid: scaled.get(rid, 0.0) for rid in replica_ids}
-        total = sum(vals.values())
+        get = self._scaled.get
+        vals = [get(rid, 0.0) for rid in replica_ids]
+        total = sum(vals)
         if total <= 0.0:
             return dict.fromkeys(replica_ids, 0.0)
-        return {rid: v / total for rid, v in vals.items()}
+        return {rid: v / total for rid, v in zip(replica_ids, vals, strict=True)}
+
+    def relative_shares(self, replica_ids: list[str]) -> dict[str, float]:
+        """``shares`` times the number of replicas: 1.0 is an equal share."""
+        get, n = self._scaled.get, len(replica_ids)
+        vals = [get(rid, 0.0) for rid in replica_ids]
+        total = sum(vals)
+        if total <= 0.0:
+            return dict.fromkeys(replica_ids, 0.0)
+        return {rid: v / total * n for rid, v in zip(replica_ids, vals, strict=True)}
 
     def over_share(self, replica_ids: list[str], slack: float) -> set[str]:
         """Replicas above ``(1 + slack)`` times an equal share among ``replica_ids``."""
         if len(replica_ids) < 2:
             return set()
-        scaled = self._scaled
-        vals = [(rid, scaled.get(rid, 0.0)) for rid in replica_ids]
-        total = sum(v for _, v in vals)
+        get = self._scaled.get
+        vals = [get(rid, 0.0) for rid in replica_ids]
+        total = sum(vals)
         if total <= 0.0:
             return set()
         bar = (1.0 + slack) / len(replica_ids) * total
-        return {rid for rid, v in vals if v > bar}
+        return {rid for rid, v in zip(replica_ids, vals, strict=True) if v > bar}
 
 
 class PrefixHeat:

@@ -7,6 +7,8 @@ its fair share by more than ``slack``, so a hot prefix overflows to the next-bes
 which then learns the prefix — instead of queueing behind one. The cap is at least
 ``min_cap``: with fewer requests in flight than replicas the fair-share cap is 1, which would
 filter out every replica holding even one request and send a prefix away from its owner.
+Scores: ``weighted_sum`` adds each plugin's weight x score (``router.scorers``), one
+whole-candidate-list call per scorer.
 Picker: highest score, ties broken by an injected ``random.Random``.
 """
 
@@ -15,9 +17,10 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
+from operator import add
 
-from router.scorers import queue_depth
-from router.types import NoReplicaAvailable, ReplicaView
+from router.scorers import Scorer, ScoringContext, queue_depth, queue_depths
+from router.types import NoReplicaAvailable, ReplicaView, RequestView
 
 
 def available(replicas: Sequence[ReplicaView]) -> list[ReplicaView]:
@@ -29,16 +32,39 @@ def available(replicas: Sequence[ReplicaView]) -> list[ReplicaView]:
 
 
 def load_cap(replicas: Sequence[ReplicaView], slack: float) -> int:
-    total = sum(max(r.ongoing, r.waiting + r.running) for r in replicas)
-    return math.ceil((1.0 + slack) * (total + 1) / max(1, len(replicas)))
+    return _cap(sum(queue_depths(replicas)), len(replicas), slack)
+
+
+def _cap(total_depth: int, n: int, slack: float) -> int:
+    return math.ceil((1.0 + slack) * (total_depth + 1) / max(1, n))
 
 
 def within_load_bound(
     replicas: list[ReplicaView], slack: float, min_cap: int = 1
 ) -> list[ReplicaView]:
-    cap = max(min_cap, load_cap(replicas, slack)) - 1
-    kept = [r for r in replicas if max(r.ongoing, r.waiting + r.running) <= cap]
+    depths = queue_depths(replicas)
+    cap = max(min_cap, _cap(sum(depths), len(replicas), slack)) - 1
+    kept = [r for r, d in zip(replicas, depths, strict=True) if d <= cap]
     return kept or replicas
+
+
+def weighted_sum(
+    scorers: Sequence[tuple[Scorer, float]],
+    ctx: ScoringContext,
+    request: RequestView,
+    replicas: Sequence[ReplicaView],
+) -> dict[str, float]:
+    """replica_id -> sum of weight x score over ``scorers`` (see ``weighted_scorers``)."""
+    totals: list[float] | None = None
+    for scorer, w in scorers:
+        values = scorer.score(ctx, request, replicas)
+        if totals is None:
+            totals = values if w == 1.0 else [w * v for v in values]
+        elif w == 1.0:
+            totals = list(map(add, totals, values))
+        else:
+            totals = [t + w * v for t, v in zip(totals, values, strict=True)]
+    return dict(zip([r.replica_id for r in replicas], totals or [0.0] * len(replicas), strict=True))
 
 
 def pick_best(scores: Mapping[str, float], rng: random.Random, eps: float = 1e-9) -> str:

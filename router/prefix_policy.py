@@ -7,12 +7,14 @@ Modes
   / ``KVBlocksRemoved``), so evictions and blocks cached for requests other routers sent
   are known exactly. A routed request's blocks are still inserted at once (speculatively):
   BlockStored arrives only after the prefill, and requests for the same new prefix in that
-  window would otherwise scatter (24 Zipf groups on 8 simulated L4 replicas: hit rate
-  80.6 % without speculation, 84.1 % with, oracle 84.7 %). When a replica's events stop
+  window would otherwise scatter (docs/results/router.md). When a replica's events stop
   (``is_stale``: requests for ``fallback_after_s`` and no event), its entries keep coming
   from routing alone, capped by the LRU — the approximate mode — until events return.
 - oracle (``oracle``, simulator only): leading cached blocks come from an exact
   ``cache_lookup(replica_id, block_hashes)``; nothing is learned.
+Scoring: the registered scorer plugins with a non-zero config weight
+(``scorers.weighted_scorers``, built once), each scoring all bounded replicas per
+decision, summed by ``pipeline.weighted_sum``.
 Reasons: ``affinity`` (chosen replica holds the longest known prefix), ``balance`` (a
 replica with a longer prefix existed but load won), ``fallback`` (no replica holds any of
 the prefix; load decides).
@@ -29,8 +31,8 @@ from collections.abc import Callable, Sequence
 from router.config import RouterConfig
 from router.index import PrefixIndex
 from router.load_share import LoadShare, PrefixHeat
-from router.pipeline import available, pick_best, within_load_bound
-from router.scorers import ScoringContext, fleet_rate, queue_depth, weighted_scores
+from router.pipeline import available, pick_best, weighted_sum, within_load_bound
+from router.scorers import ScoringContext, fleet_rate, queue_depth, weighted_scorers
 from router.types import (
     Completed,
     KVBlocksRemoved,
@@ -72,6 +74,7 @@ class PrefixAwarePolicy:
         self.rng = rng or random.Random(0)
         self.cache_lookup = cache_lookup
         self.index = index or PrefixIndex(self.config.default_capacity_blocks)
+        self.scorers = weighted_scorers(self.config.weights)
         self._capacity_hint: dict[str, int] = {}
         self._last_kv_event: dict[str, float] = {}
         self._unacked_since: dict[str, float] = {}  # first Routed after the last KV event
@@ -93,17 +96,18 @@ class PrefixAwarePolicy:
 
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> RoutingDecision:
         healthy = available(replicas)
-        for r in healthy:
-            if r.kv_capacity_tokens > 0:
-                self._capacity_hint[r.replica_id] = r.kv_capacity_tokens // self.block_size
+        bs = self.block_size
+        self._capacity_hint.update(
+            {r.replica_id: c // bs for r in healthy if (c := r.kv_capacity_tokens) > 0}
+        )
         matches = self.matches(request, healthy)
         bounded = self.bounded(healthy, request, matches)
         fill = self.cache_fill(healthy) if self.config.weights.spread else {}
         rate = fleet_rate(healthy)
         best = max(matches.values(), default=0)
         share = self.relative_share(healthy) if best == 0 and self.config.weights.share else {}
-        ctx = ScoringContext(request, matches, self.block_size, self.config, rate, fill, share)
-        scores = weighted_scores(ctx, bounded)
+        ctx = ScoringContext(matches, self.block_size, self.config, rate, fill, share)
+        scores = weighted_sum(self.scorers, ctx, request, bounded)
         chosen = pick_best(scores, self.rng)
         got = matches.get(chosen, 0)
         reason = "fallback" if best == 0 else ("affinity" if got == best else "balance")
@@ -111,9 +115,7 @@ class PrefixAwarePolicy:
 
     def relative_share(self, replicas: Sequence[ReplicaView]) -> dict[str, float]:
         """Each replica's share of recently routed work relative to an equal share."""
-        n = len(replicas)
-        shares = self.load_share.shares([r.replica_id for r in replicas])
-        return {rid: s * n for rid, s in shares.items()}
+        return self.load_share.relative_shares([r.replica_id for r in replicas])
 
     def bounded(
         self,
@@ -133,9 +135,12 @@ class PrefixAwarePolicy:
         within = within_load_bound(healthy, cfg.load_slack, cfg.min_load_cap)
         over = self.load_share.over_share([r.replica_id for r in healthy], cfg.share_slack)
         floor = cfg.min_load_cap
-        kept = [r for r in within if r.replica_id not in over or queue_depth(r) < floor] or within
-        dropped = {r.replica_id for r in healthy} - {r.replica_id for r in kept}
-        if dropped:
+        kept = within
+        if over:
+            kept = [r for r in within if r.replica_id not in over or queue_depth(r) < floor]
+            kept = kept or within
+        if len(kept) < len(healthy):
+            dropped = {r.replica_id for r in healthy} - {r.replica_id for r in kept}
             exempt = self.keeps_sole_holder(request, matches or {}, healthy, dropped) - over
             kept = [r for r in healthy if r.replica_id not in dropped or r.replica_id in exempt]
         return kept
@@ -149,15 +154,15 @@ class PrefixAwarePolicy:
     ) -> set[str]:
         """Of the replicas the load guards ``dropped``, those kept for this request: the
         ones holding its longest prefix, when no other replica holds even half of it and
-        the prefix itself is not hot (under 1/n of the recent work). ``bounded`` applies it
-        to the burst guard only: a replica over its sustained share stays filtered (keeping
-        it for rare prefixes too raised live imbalance to 1.49 on one seed). Moving such a request
-        costs a whole prefill elsewhere, more work than it takes off the busy replica, so
-        the scorers (predicted TTFT first) decide; a hot prefix is still shed, since
-        replicating it is what the guards are for. Virtual-time hot prefix (8 L4 replicas,
-        24 Zipf groups), steady-state P95 TTFT: 12 req/s 766 -> 631 ms, 18 req/s 826 ->
-        716 ms; the cold prefills it removed were rare prefixes whose only holder the
-        burst guard had filtered for a moment."""
+        the prefix itself is not hot (under 1/n of the recent work).
+
+        Why: moving such a request costs a whole prefill elsewhere, more work than it takes
+        off the busy replica, so the scorers (predicted TTFT first) decide instead; the
+        cold prefills this avoids are rare prefixes whose only holder the burst guard
+        filtered for a moment. A hot prefix is still shed, since replicating it is what
+        the guards are for. ``bounded`` applies it to the burst guard only: a replica over
+        its sustained share stays filtered (exempting it there too raised the live
+        imbalance). Measurements: docs/results/router.md, "Design notes moved from code"."""
         best = max(matches.values(), default=0)
         if request is None or best == 0 or not request.block_hashes:
             return set()

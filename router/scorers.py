@@ -1,41 +1,54 @@
-"""Weighted scorers for the routing pipeline; each maps (request, replica) to [0, 1].
+"""Scorer plugins: each scores every candidate replica of one decision at once.
 
+Contract (the Gateway API Inference Extension's scorer shape)
+- ``score(ctx, request, replicas) -> list[float]``: one value in [0, 1] per replica, in
+  the order given, higher is better. It is called once per decision with all candidates:
+  terms that depend only on the request are computed once, then one tight pass over the
+  replicas. This is the only implementation of each scorer; there is no fused copy.
+- Pure: a scorer keeps no state and mutates nothing. What the policy looked up for this
+  decision (cached blocks per replica, index fill, recent work shares) arrives in a
+  ``ScoringContext``, built once per decision.
+- Registered explicitly in ``SCORERS``; a scorer's weight is the ``router.config.Weights``
+  field of the same name (``weighted_scorers``). A weight of 0 drops the scorer: it is not
+  called. The policy's score for a replica is ``sum(weight * score)`` (``pipeline``).
+
+Scorers
 - prefix: fraction of the request's full blocks the replica is believed to hold.
 - queue: ``queue_ref / (queue_ref + q)`` with q = max(router in-flight, engine waiting +
   running); 1.0 for an idle replica, 0.5 at ``queue_ref`` requests.
-- kv: ``1 - kv_usage`` — prefer replicas with free KV so new blocks do not evict hot ones.
-- spread: ``1 - fill`` where fill = blocks our index attributes to the replica / its
-  capacity — SGLang's "smallest tree" idea as a score: a request no replica has cached goes
-  where the least cached content lives, so new prefixes (conversations) spread evenly.
-- share (cold requests only): ``1 - min(1, share / 2)`` with share = the replica's decayed
-  share of recently routed work relative to an equal share (``LoadShare``, 1.0 = fair), so
-  a request no replica holds any of goes where the least recent work went; for a request
-  with any cached prefix somewhere it is 1.0 everywhere and affinity decides. Busy time,
-  not request count, is what piles up: on the 64-replica Mooncake simulation the busiest
-  replica's time-averaged in-flight load was 1.56x the mean with only ~0.07 requests in
-  flight per replica (nothing for a load bound to act on), because long cold requests
-  landed together; with this scorer (weight 1.0) it is 1.21, hit rate and P95 unchanged.
+- kv: ``1 - kv_usage``: prefer replicas with free KV so new blocks do not evict hot ones.
 - ttft: predicted time to first token ``(waiting_prefill_tokens + this request's uncached
-  tokens) / prefill_tokens_per_s`` (the fleet's median measured rate when the policy passes
-  one, see ``fleet_rate``), mapped to ``ttft_ref_s / (ttft_ref_s + t)``. It couples
-  affinity and load: a cache hit shrinks the uncached term, a long queue grows the first.
+  tokens) / prefill rate`` mapped to ``ttft_ref_s / (ttft_ref_s + t)``. It couples affinity
+  and load: a cache hit shrinks the uncached term, a long queue grows the first. The rate
+  is the fleet's median measured rate when the policy passes one (``fleet_rate``), else
+  the replica's own, else ``default_prefill_tokens_per_s``.
+- spread: ``1 - fill`` where fill = blocks our index attributes to the replica / its
+  capacity: SGLang's "smallest tree" idea as a score, so a prefix no replica has cached goes
+  where the least cached content lives and new prefixes spread evenly.
+- share: ``1 - min(1, share / 2)`` with share = the replica's decayed share of recently
+  routed work relative to an equal share (``LoadShare``, 1.0 = fair). The policy passes
+  shares only for cold requests (no replica holds any of the prompt); with none given the
+  score is 1.0 everywhere and affinity decides. Why: busy time, not request count, piles
+  up when long cold requests land together, at a load too low for the load bounds to act.
 Why one number per scorer in [0, 1]: weights from config then say how much each matters,
-instead of a nest of ``if``s (llm-d / Gateway API Inference Extension style).
+instead of a nest of ``if``s. Clamps are conditional expressions, not ``min``/``max``
+calls: this code runs for every replica of every decision.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
-from router.config import RouterConfig
+from router.config import RouterConfig, Weights
 from router.types import ReplicaView, RequestView
 
 
 @dataclass(frozen=True, slots=True)
 class ScoringContext:
-    request: RequestView
+    """What the policy looked up once for this decision (GIE's per-cycle state)."""
+
     matches: Mapping[str, int]  # replica_id -> leading cached blocks
     block_size: int
     config: RouterConfig
@@ -45,165 +58,139 @@ class ScoringContext:
     relative_share: Mapping[str, float] = field(default_factory=dict)
 
 
+class Scorer(Protocol):
+    name: str
+
+    def score(
+        self, ctx: ScoringContext, request: RequestView, replicas: Sequence[ReplicaView], /
+    ) -> list[float]: ...
+
+
 def fleet_rate(replicas: Sequence[ReplicaView]) -> float:
     """Median of the replicas' measured prefill rates (0 when none measured).
 
     Replicas of one deployment run the same engine on the same hardware, so differences
     between their smoothed rates are measurement noise. Used raw, that noise decides every
     cold request among idle replicas, always for whichever replica measured fastest (rich
-    get richer: in the 64-replica Mooncake simulation one replica got 165 requests and
-    another 6). The median keeps the scorer's scale and drops the noise."""
-    rates = sorted(r.prefill_tokens_per_s for r in replicas if r.prefill_tokens_per_s > 0)
+    get richer). The median keeps the scorer's scale and drops the noise."""
+    rates = sorted([x for r in replicas if (x := r.prefill_tokens_per_s) > 0])
     return rates[len(rates) // 2] if rates else 0.0
 
 
-def _rate(ctx: ScoringContext, replica: ReplicaView) -> float:
-    return (
-        ctx.fleet_prefill_tokens_per_s
-        or replica.prefill_tokens_per_s
-        or ctx.config.default_prefill_tokens_per_s
-    )
-
-
-class Scorer(Protocol):
-    name: str
-
-    def score(self, ctx: ScoringContext, replica: ReplicaView) -> float: ...
-
-
-def uncached_tokens(ctx: ScoringContext, replica: ReplicaView) -> int:
-    cached = ctx.matches.get(replica.replica_id, 0) * ctx.block_size
-    return max(0, ctx.request.prompt_tokens - cached)
-
-
-def predicted_ttft_s(ctx: ScoringContext, replica: ReplicaView) -> float:
-    rate = _rate(ctx, replica)
-    queued = max(0, replica.waiting_prefill_tokens)
-    return (queued + uncached_tokens(ctx, replica)) / max(rate, 1e-9)
-
-
 def queue_depth(replica: ReplicaView) -> int:
+    """Requests at a replica: the larger of this router's in-flight count and the engine's
+    waiting + running (each can lag the other)."""
     return max(replica.ongoing, replica.waiting + replica.running)
+
+
+def queue_depths(replicas: Sequence[ReplicaView]) -> list[int]:
+    """``queue_depth`` of each replica, in one pass (hot path: no call per replica)."""
+    return [o if (o := r.ongoing) > (b := r.waiting + r.running) else b for r in replicas]
 
 
 class PrefixScorer:
     name = "prefix"
 
-    def score(self, ctx: ScoringContext, replica: ReplicaView) -> float:
-        total = len(ctx.request.block_hashes)
-        if total == 0:
-            return 0.0
-        return min(1.0, ctx.matches.get(replica.replica_id, 0) / total)
+    def score(
+        self, ctx: ScoringContext, request: RequestView, replicas: Sequence[ReplicaView], /
+    ) -> list[float]:
+        total = len(request.block_hashes)
+        if total == 0:  # no full block: nothing to match
+            return [0.0] * len(replicas)
+        get = ctx.matches.get
+        return [m / total if (m := get(r.replica_id, 0)) < total else 1.0 for r in replicas]
 
 
 class QueueScorer:
     name = "queue"
 
-    def score(self, ctx: ScoringContext, replica: ReplicaView) -> float:
+    def score(
+        self, ctx: ScoringContext, _request: RequestView, replicas: Sequence[ReplicaView], /
+    ) -> list[float]:
         ref = ctx.config.queue_ref
-        return ref / (ref + queue_depth(replica))
+        return [ref / (ref + q) for q in queue_depths(replicas)]
 
 
 class KVUsageScorer:
     name = "kv"
 
-    def score(self, ctx: ScoringContext, replica: ReplicaView) -> float:
-        return 1.0 - min(1.0, max(0.0, replica.kv_usage))
+    def score(
+        self, _ctx: ScoringContext, _request: RequestView, replicas: Sequence[ReplicaView], /
+    ) -> list[float]:
+        return [1.0 if (u := r.kv_usage) <= 0.0 else 0.0 if u >= 1.0 else 1.0 - u for r in replicas]
 
 
 class TTFTScorer:
     name = "ttft"
 
-    def score(self, ctx: ScoringContext, replica: ReplicaView) -> float:
-        ref = ctx.config.ttft_ref_s
-        return ref / (ref + predicted_ttft_s(ctx, replica))
+    def score(
+        self, ctx: ScoringContext, request: RequestView, replicas: Sequence[ReplicaView], /
+    ) -> list[float]:
+        ref, prompt, bs, get = (
+            ctx.config.ttft_ref_s,
+            request.prompt_tokens,
+            ctx.block_size,
+            ctx.matches.get,
+        )
+        fleet, default = ctx.fleet_prefill_tokens_per_s, ctx.config.default_prefill_tokens_per_s
+        out: list[float] = []
+        for r in replicas:
+            rate = fleet or r.prefill_tokens_per_s or default
+            queued = r.waiting_prefill_tokens
+            uncached = prompt - get(r.replica_id, 0) * bs
+            tokens = (queued if queued > 0 else 0) + (uncached if uncached > 0 else 0)
+            out.append(ref / (ref + tokens / (rate if rate > 1e-9 else 1e-9)))
+        return out
 
 
 class SpreadScorer:
     name = "spread"
 
-    def score(self, ctx: ScoringContext, replica: ReplicaView) -> float:
-        return 1.0 - min(1.0, max(0.0, ctx.cache_fill.get(replica.replica_id, 0.0)))
+    def score(
+        self, ctx: ScoringContext, _request: RequestView, replicas: Sequence[ReplicaView], /
+    ) -> list[float]:
+        fill = ctx.cache_fill
+        if not fill:  # oracle mode keeps no index: nothing to spread by
+            return [1.0] * len(replicas)
+        get = fill.get
+        return [
+            1.0 if (f := get(r.replica_id, 0.0)) <= 0.0 else 0.0 if f >= 1.0 else 1.0 - f
+            for r in replicas
+        ]
 
 
 class ShareScorer:
     name = "share"
 
-    def score(self, ctx: ScoringContext, replica: ReplicaView) -> float:
-        return _share_score(ctx.relative_share.get(replica.replica_id, 0.0))
+    def score(
+        self, ctx: ScoringContext, _request: RequestView, replicas: Sequence[ReplicaView], /
+    ) -> list[float]:
+        share = ctx.relative_share
+        if not share:  # a warm request: affinity decides
+            return [1.0] * len(replicas)
+        get = share.get
+        return [
+            1.0 if (s := get(r.replica_id, 0.0)) <= 0.0 else 0.0 if s >= 2.0 else 1.0 - s / 2.0
+            for r in replicas
+        ]
 
 
-def _share_score(relative_share: float) -> float:
-    return 1.0 - min(1.0, max(0.0, relative_share) / 2.0)
+SCORERS: Mapping[str, Scorer] = {
+    s.name: s
+    for s in (
+        PrefixScorer(),
+        QueueScorer(),
+        KVUsageScorer(),
+        TTFTScorer(),
+        SpreadScorer(),
+        ShareScorer(),
+    )
+}
 
 
-ALL_SCORERS: tuple[Scorer, ...] = (
-    PrefixScorer(),
-    QueueScorer(),
-    KVUsageScorer(),
-    TTFTScorer(),
-    SpreadScorer(),
-    ShareScorer(),
-)
-
-
-def weighted_scores(
-    ctx: ScoringContext, replicas: list[ReplicaView], scorers: tuple[Scorer, ...] = ALL_SCORERS
-) -> dict[str, float]:
-    w = ctx.config.weights
-    weights: Mapping[str, float] = {
-        "prefix": w.prefix,
-        "queue": w.queue,
-        "kv": w.kv,
-        "ttft": w.ttft,
-        "spread": w.spread,
-        "share": w.share,
-    }
-    if scorers is ALL_SCORERS:
-        return fused_scores(ctx, replicas)
-    active = [(s, weights[s.name]) for s in scorers if weights.get(s.name, 0.0) != 0.0]
-    return {r.replica_id: sum(wt * s.score(ctx, r) for s, wt in active) for r in replicas}
-
-
-def fused_scores(ctx: ScoringContext, replicas: list[ReplicaView]) -> dict[str, float]:
-    """The built-in scorers in one loop (hot path; equal to the generic sum, tested).
-
-    Terms that do not depend on the replica are added once, weights of 0 skip their term,
-    and clamps are conditionals rather than ``min``/``max`` calls: with 64 replicas this
-    loop was most of a decision's time (``python -m experiments.routing.microbench``)."""
-    cfg, w = ctx.config, ctx.config.weights
-    total_blocks = len(ctx.request.block_hashes)
-    prompt, bs, matches = ctx.request.prompt_tokens, ctx.block_size, ctx.matches
-    q_ref, t_ref, default_rate = cfg.queue_ref, cfg.ttft_ref_s, cfg.default_prefill_tokens_per_s
-    fleet, fill, share = ctx.fleet_prefill_tokens_per_s, ctx.cache_fill, ctx.relative_share
-    w_prefix = w.prefix / total_blocks if total_blocks else 0.0
-    w_queue, w_kv, w_spread, w_share = w.queue * q_ref, w.kv, w.spread, w.share
-    w_ttft = w.ttft * t_ref
-    # replica-independent parts: an empty fill/share map scores 1.0 for every replica
-    base = (w_spread if not fill else 0.0) + (w_share if not share else 0.0)
-    out: dict[str, float] = {}
-    for r in replicas:
-        rid = r.replica_id
-        m = matches.get(rid, 0)
-        total = base
-        if w_prefix:
-            total += w_prefix * m if m < total_blocks else w.prefix
-        if w_queue:
-            busy = r.waiting + r.running
-            total += w_queue / (q_ref + (r.ongoing if r.ongoing > busy else busy))
-        if w_kv:
-            u = r.kv_usage
-            total += w_kv * (1.0 if u <= 0.0 else 0.0 if u >= 1.0 else 1.0 - u)
-        if w_ttft:
-            rate = fleet or r.prefill_tokens_per_s or default_rate
-            queued = r.waiting_prefill_tokens
-            uncached = prompt - m * bs
-            tokens = (queued if queued > 0 else 0) + (uncached if uncached > 0 else 0)
-            total += w_ttft / (t_ref + tokens / (rate if rate > 1e-9 else 1e-9))
-        if fill and w_spread:
-            f = fill.get(rid, 0.0)
-            total += w_spread * (1.0 if f <= 0.0 else 0.0 if f >= 1.0 else 1.0 - f)
-        if share and w_share:
-            total += w_share * _share_score(share.get(rid, 0.0))
-        out[rid] = total
-    return out
+def weighted_scorers(weights: Weights) -> tuple[tuple[Scorer, float], ...]:
+    """The registered scorers with a non-zero weight, in registry order."""
+    names = [f.name for f in fields(weights)]
+    if set(names) != set(SCORERS):
+        raise ValueError(f"weights {sorted(names)} != registered scorers {sorted(SCORERS)}")
+    return tuple((s, w) for name, s in SCORERS.items() if (w := getattr(weights, name)) != 0.0)

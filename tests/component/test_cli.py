@@ -29,7 +29,7 @@ def run(
     return subprocess.run(LLMFLEET + args, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture()
+@pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "LLMFLEET_HOME": str(tmp_path / "home")}
 

@@ -283,6 +283,6 @@ def test_knobs_arrive_only_as_typed_params() -> None:
 
 def test_decide_returns_new_state_and_leaves_the_old_one() -> None:
     desired, state = POLICY.decide(snap(5.0, 1, [rep(0, 5600)]), CFG, S0)
-    assert S0 == TTFTQueueState() and state is not S0
+    assert TTFTQueueState() == S0 and state is not S0
     assert (desired, state.last_up_at, state.last_scale_at, state.settling) == (4, 5.0, 5.0, True)
     assert state.prev_t == 5.0 and state.prev_work_s == pytest.approx(5.6) and state.rate == 1000
