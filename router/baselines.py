@@ -28,7 +28,7 @@ class RoundRobinPolicy:
     def __init__(self) -> None:
         self._last: str | None = None
 
-    def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> RoutingDecision:
+    def choose(self, _request: RequestView, replicas: Sequence[ReplicaView], /) -> RoutingDecision:
         ids = sorted(r.replica_id for r in available(replicas))
         nxt = next((rid for rid in ids if self._last is None or rid > self._last), ids[0])
         return RoutingDecision(nxt, "balance", {})
@@ -44,13 +44,13 @@ class LeastLoadedPolicy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self.rng = rng or random.Random(0)
 
-    def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> RoutingDecision:
+    def choose(self, _request: RequestView, replicas: Sequence[ReplicaView], /) -> RoutingDecision:
         healthy = available(replicas)
         return RoutingDecision(
             pick_least_loaded(healthy, self.rng), "balance", _load_scores(healthy)
         )
 
-    def observe(self, event: RouterEvent) -> None:
+    def observe(self, _event: RouterEvent, /) -> None:
         return None
 
 
@@ -60,10 +60,10 @@ class PowerOfTwoPolicy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self.rng = rng or random.Random(0)
 
-    def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> RoutingDecision:
+    def choose(self, _request: RequestView, replicas: Sequence[ReplicaView], /) -> RoutingDecision:
         healthy = available(replicas)
         pair = healthy if len(healthy) <= 2 else self.rng.sample(healthy, 2)
         return RoutingDecision(pick_least_loaded(pair, self.rng), "balance", _load_scores(pair))
 
-    def observe(self, event: RouterEvent) -> None:
+    def observe(self, _event: RouterEvent, /) -> None:
         return None

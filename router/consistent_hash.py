@@ -72,5 +72,5 @@ class ConsistentHashPolicy:
         assert home is not None
         return RoutingDecision(home, "affinity", {})
 
-    def observe(self, event: RouterEvent) -> None:
+    def observe(self, _event: RouterEvent, /) -> None:
         return None

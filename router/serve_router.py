@@ -185,7 +185,10 @@ class LLMFleetRequestRouter(RequestRouter):
         self._observe(event)
 
     def on_request_routed(
-        self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
+        self,
+        pending_request: PendingRequest,
+        replica_id: ReplicaID,
+        result: Any,  # noqa: ARG002 (Serve passes it)
     ) -> None:
         request = request_view_of(pending_request)
         now = self.clock()
