@@ -5,6 +5,8 @@ Setup: ``--replicas`` (64) replicas whose KV capacity adds up to ``--blocks`` (1
 ``--groups`` system prompts; then ``--decisions`` timed ``choose`` calls (plus untimed
 ``observe``) with 50–2000-token prompts and random loads. Prints P50/P99 per policy and
 writes JSON to ``results/router_microbench.json``. Goal: P99 ≤ 200 µs for ``prefix``.
+The decision hash (sha256 of every decision's replica, reason and matched blocks, warm-up
+included) shows whether a change to the routing code changed any decision.
 Run: ``.venv/bin/python -m experiments.routing.microbench``.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import os
 import platform
@@ -78,8 +81,11 @@ def bench_policy(name: str, args: argparse.Namespace) -> dict[str, Any]:
     views = _views(args.replicas, args.blocks // args.replicas, rng)
     indexed = _fill(policy, views, args.blocks, rng)
     reqs = _requests(args.fill + args.decisions, args.groups, rng)
+    digest = hashlib.sha256()  # every decision, warm-up included: a change of behaviour shows
     for r in reqs[: args.fill]:  # warm: shared prefixes spread over the replicas
-        _learn(policy, r, policy.choose(r, views).replica_id)
+        d = policy.choose(r, views)
+        digest.update(f"{d.replica_id}|{d.reason}|{d.matched_blocks};".encode())
+        _learn(policy, r, d.replica_id)
     samples: list[float] = []
     cpu: list[float] = []
     reasons: dict[str, int] = {}
@@ -89,6 +95,7 @@ def bench_policy(name: str, args: argparse.Namespace) -> dict[str, Any]:
         d = policy.choose(r, views)
         cpu.append((time.thread_time_ns() - c0) / 1000.0)
         samples.append((time.perf_counter_ns() - t0) / 1000.0)
+        digest.update(f"{d.replica_id}|{d.reason}|{d.matched_blocks};".encode())
         _learn(policy, r, d.replica_id)
         reasons[d.reason] = reasons.get(d.reason, 0) + 1
     q = statistics.quantiles(samples, n=100)
@@ -103,6 +110,7 @@ def bench_policy(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "cpu_p50_us": round(qc[49], 1),  # thread CPU time: excludes preemption on a busy host
         "cpu_p99_us": round(qc[98], 1),
         "reasons": reasons,
+        "decision_hash": digest.hexdigest()[:16],
     }
 
 
@@ -133,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(
             f"{r['policy']:>16}: p50 {r['p50_us']:7.1f} us  p99 {r['p99_us']:7.1f} us  "
             f"(cpu p50 {r['cpu_p50_us']:6.1f} p99 {r['cpu_p99_us']:6.1f})  "
-            f"indexed {r['indexed_blocks']:>9,}  reasons {r['reasons']}"
+            f"indexed {r['indexed_blocks']:>9,}  decisions {r['decision_hash']}  reasons {r['reasons']}"
         )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
