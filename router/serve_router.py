@@ -1,7 +1,7 @@
 """Ray Serve adapter: a ``RequestRouter`` that delegates to a pure ``RoutingPolicy``.
 
 Per request ``choose_replicas`` converts each ``RunningReplica`` into a ``ReplicaView``
-(its ``routing_stats`` is ``EngineStats.as_dict()``; ``ongoing`` = this router's own
+(its ``routing_stats`` is ``ReplicaStats.to_wire()``; ``ongoing`` = this router's own
 in-flight count, or Ray's queue-length cache when that is larger), reads the ingress's
 ``RequestView`` from ``pending_request.args[0]["view"]``, asks the policy and returns ranked
 tiers ``[[chosen], [others by score]]`` so Serve can back off to the rest when the chosen one
@@ -30,6 +30,7 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
+from contracts.stats import from_wire
 from router.kv_subscriber import KVEventSubscriber
 from router.outstanding import OutstandingPrefill
 from router.registry import make_policy
@@ -139,11 +140,11 @@ class LLMFleetRequestRouter(RequestRouter):
     def replica_view(self, replica: RunningReplica) -> ReplicaView:
         rid = replica.replica_id.unique_id
         cached = self.replica_queue_len_cache.get(replica.replica_id) or 0
-        stats = replica.routing_stats
+        stats = from_wire(replica.routing_stats, strict=False)  # bad report: logged, counted
         if self.single_caller and max(self.inflight[rid], cached) == 0:
             # Stats are polled periodically: a replica this (only) router has nothing in
             # flight at is idle, whatever its last report said about queued work.
-            stats = {**stats, "waiting": 0, "running": 0, "waiting_prefill_tokens": 0}
+            stats = dataclasses.replace(stats, waiting=0, running=0, waiting_prefill_tokens=0)
         view = replica_view_from_stats(
             rid,
             stats,

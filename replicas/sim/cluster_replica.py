@@ -68,9 +68,7 @@ class SimReplica:
     def metrics(self, now: float) -> ReplicaMetrics:
         """What the replica would report at ``now`` (busy fraction and TTFT P95 over the
         core's sliding windows, in virtual time)."""
-        stats = self.core.stats(now).as_dict()
-        stats["ongoing"] = float(self.ongoing)
-        return ReplicaMetrics.from_stats(self.replica_id, stats)
+        return ReplicaMetrics.from_stats(self.replica_id, self.core.stats(now), self.ongoing)
 
     def stop(self, now: float) -> None:
         if self.stopped_at is None:
