@@ -105,9 +105,16 @@ def _as_int(value: Any) -> int:
     return round(float(value))
 
 
+_DECODE_BY_TYPE: dict[str, Callable[[Any], Any]] = {
+    "bool": _as_bool,
+    "int": _as_int,
+    "float": float,
+}
+
+
 def _decoder(f: dataclasses.Field[Any]) -> Callable[[Any], Any]:
-    kind = f.type if isinstance(f.type, str) else f.type.__name__
-    return {"bool": _as_bool, "int": _as_int, "float": float}[kind]
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+    return _DECODE_BY_TYPE[kind]
 
 
 _DECODERS: tuple[tuple[str, Callable[[Any], Any]], ...] = tuple(
@@ -135,9 +142,7 @@ def from_wire(data: Mapping[str, Any] | None, *, strict: bool = True) -> Replica
     return ReplicaStats(*values)
 
 
-def _fail(
-    kind: str, message: str, strict: bool, fallback: ReplicaStats = UNKNOWN
-) -> ReplicaStats:
+def _fail(kind: str, message: str, strict: bool, fallback: ReplicaStats = UNKNOWN) -> ReplicaStats:
     if strict:
         raise StatsWireError(kind, message)
     WIRE_ERRORS[kind] += 1
