@@ -10,7 +10,7 @@ Use
 
 How Serve drives it (Ray 2.60): the controller instantiates ``ServeScalingPolicy(**policy_kwargs)``
 once and calls it with an ``AutoscalingContext`` every control-loop tick (~0.1 s). Replicas
-push ``record_autoscaling_stats()`` (``EngineStats.as_dict()``) every ``metrics_interval_s``;
+push ``record_autoscaling_stats()`` (``ReplicaStats.to_wire()``) every ``metrics_interval_s``;
 ``ctx.aggregated_metrics[name][replica_id]`` is the mean over ``look_back_period_s``. Serve
 wraps the policy with its own factors and delays, so ``build_autoscaling_config`` sets
 ``upscale_delay_s = downscale_delay_s = 0`` for our policies (they own their hysteresis)
@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from autoscaler.common import RayDelayParams, parse_params
 from autoscaler.registry import POLICY_NAMES, check_params, make_policy
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, ScalingPolicy
+from contracts.stats import from_wire
 
 if TYPE_CHECKING:
     from ray.serve.config import AutoscalingConfig
@@ -71,16 +72,20 @@ def _replica_key(replica_id: Any) -> str:
 
 
 def snapshot_from_context(ctx: Any) -> MetricsSnapshot:
-    """``AutoscalingContext`` → ``MetricsSnapshot`` (metric-major → replica-major)."""
+    """``AutoscalingContext`` → ``MetricsSnapshot`` (metric-major → replica-major).
+
+    Per replica: the ``ReplicaStats`` wire keys (window means) decoded with
+    ``from_wire(strict=False)`` (a bad report is logged and counted, and reads as neutral);
+    ``ongoing`` is Serve's ``running_requests`` when reported, else the engine's count."""
     per_replica: dict[str, dict[str, float]] = {}
     for name, values in (ctx.aggregated_metrics or {}).items():
         for replica_id, value in values.items():
             per_replica.setdefault(_replica_key(replica_id), {})[name] = float(value)
     replicas = []
-    for rid, stats in sorted(per_replica.items()):
-        if "ongoing" not in stats and RAY_RUNNING_REQUESTS_KEY in stats:
-            stats["ongoing"] = stats[RAY_RUNNING_REQUESTS_KEY]
-        replicas.append(ReplicaMetrics.from_stats(rid, stats))
+    for rid, wire in sorted(per_replica.items()):
+        ray_ongoing = wire.pop(RAY_RUNNING_REQUESTS_KEY, None)
+        stats = from_wire(wire, strict=False)
+        replicas.append(ReplicaMetrics.from_stats(rid, stats, ongoing=ray_ongoing))
     pending = float(ctx.total_queued_requests or 0.0)
     if ctx.current_num_replicas == 0:
         pending = max(pending, float(ctx.total_num_requests or 0.0))

@@ -1,8 +1,9 @@
 """Values that cross the autoscaler boundary. Pure: no Ray.
 
-Each replica reports ``EngineStats.as_dict()`` through ``record_autoscaling_stats()``; the
-Ray adapter (or the virtual-time simulator) turns those dicts into a ``MetricsSnapshot``;
-a policy's ``decide(snapshot, config, state) -> (desired_replicas, new_state)`` is pure and
+Each replica reports a ``contracts.stats.ReplicaStats`` (on the wire through
+``record_autoscaling_stats()``, averaged by Serve over its look-back window); the Ray adapter
+(or the virtual-time simulator, from the record directly) turns them into a
+``MetricsSnapshot`` of ``ReplicaMetrics``; a policy's ``decide(snapshot, config, state) -> (desired_replicas, new_state)`` is pure and
 takes time only from ``snapshot.now``.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
+
+from contracts.stats import ReplicaStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,13 +29,30 @@ class ReplicaMetrics:
     ongoing: float = 0.0  # requests in flight (Ray's ongoing-requests signal)
     busy_fraction: float = 0.0  # share of recent time the engine was stepping
     prefill_load_tokens_per_s: float = 0.0  # uncached tokens prefilled per second, recently
-    prefix_queries: float = 0.0  # cumulative prompt tokens scheduled (EngineStats counter)
+    prefix_queries: float = 0.0  # cumulative prompt tokens looked up in the prefix cache
     prefix_hits: float = 0.0  # cumulative prompt tokens served from the prefix cache
 
     @classmethod
-    def from_stats(cls, replica_id: str, stats: Mapping[str, float]) -> ReplicaMetrics:
-        names = set(cls.__dataclass_fields__) - {"replica_id"}
-        return cls(replica_id, **{k: float(stats[k]) for k in names if k in stats})
+    def from_stats(
+        cls, replica_id: str, stats: ReplicaStats, ongoing: float | None = None
+    ) -> ReplicaMetrics:
+        """The fields the policies read; ``ongoing`` overrides the engine's own count (Serve's
+        ``running_requests``, or the twin's router-side in-flight count)."""
+        return cls(
+            replica_id,
+            waiting=stats.waiting,
+            running=stats.running,
+            waiting_prefill_tokens=stats.waiting_prefill_tokens,
+            prefill_tokens_per_s=stats.prefill_tokens_per_s,
+            queue_delay_s=stats.queue_delay_s,
+            kv_usage=stats.kv_usage,
+            ttft_p95_s=stats.ttft_p95_s,
+            ongoing=stats.ongoing if ongoing is None else ongoing,
+            busy_fraction=stats.busy_fraction,
+            prefill_load_tokens_per_s=stats.prefill_load_tokens_per_s,
+            prefix_queries=stats.prefix_queries,
+            prefix_hits=stats.prefix_hits,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,7 @@ def cmd_status(_args: argparse.Namespace) -> int:
     import httpx
 
     from cluster import runtime
+    from contracts.stats import from_wire
 
     state = runtime.read_state()
     if not state or not runtime.pid_alive(int(state["pid"])):
@@ -113,10 +114,14 @@ def cmd_status(_args: argparse.Namespace) -> int:
         f"{'kv_usage':>8} {'hit_rate':>8}"
     )
     for r in data.get("replicas", []):
-        hit = r["prefix_hits"] / r["prefix_queries"] if r.get("prefix_queries") else 0.0
+        s = from_wire(r, strict=False)  # an undecodable row prints as "unknown"
+        if not s.reported:
+            print(f"{r.get('replica', '?')[:12]:<12} unknown stats (version {r.get('version')})")
+            continue
+        hit = s.prefix_hits / s.prefix_queries if s.prefix_queries else 0.0
         print(
-            f"{r['replica'][:12]:<12} {bool(r['healthy'])!s:>7} {int(r['waiting']):>7} {int(r['running']):>7} "
-            f"{int(r['waiting_prefill_tokens']):>11} {r['queue_delay_s']:>8.2f} {r['kv_usage']:>8.1%} {hit:>8.1%}"
+            f"{r['replica'][:12]:<12} {s.healthy!s:>7} {int(s.waiting):>7} {int(s.running):>7} "
+            f"{int(s.waiting_prefill_tokens):>11} {s.queue_delay_s:>8.2f} {s.kv_usage:>8.1%} {hit:>8.1%}"
         )
     return 0
 

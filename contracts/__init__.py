@@ -1,1 +1,3 @@
-"""Contracts shared by every layer: block hashing (the router and the engines must agree) and the replica-stats record. Imports nothing from this project."""
+"""Records and rules that cross layers and processes: block hashing (router and engines
+must agree) and the replica-stats record. The bottom of the import graph: nothing here
+imports another llmfleet package."""

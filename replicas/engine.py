@@ -8,15 +8,22 @@ Contract
 - ``abort(request_id)`` frees the request's slot and KV blocks; the iterator then ends.
   Cancelling the consumer of ``generate`` must have the same effect (engines abort in a
   ``finally``).
-- ``stats()`` is cheap and synchronous: it is polled for routing and autoscaling.
+- ``stats()`` is cheap and synchronous: it is polled for routing and autoscaling. It returns
+  a complete ``contracts.stats.ReplicaStats`` (the record and its wire form are defined
+  there); every field is measured or deliberately neutral, and the engine's module header
+  says which. ``waiting_prefill_tokens`` counts *uncached* tokens: a request's whole prompt
+  until the scheduler has looked it up in the prefix cache, then prompt − cache hit
+  (− the chunks already prefilled, where the engine can see them).
 - ``check_health()`` raises if the engine cannot serve.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from contracts.stats import ReplicaStats
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
@@ -48,48 +55,6 @@ class Delta:
     cached_tokens: int = 0  # prompt tokens served from the prefix cache (when known)
 
 
-@dataclass(frozen=True, slots=True)
-class EngineStats:
-    waiting: int = 0  # requests queued, not yet scheduled
-    running: int = 0  # requests holding a batch slot
-    waiting_prefill_tokens: int = 0  # uncached prompt tokens still to prefill (waiting+partial)
-    kv_usage: float = 0.0  # fraction of KV blocks in use, 0..1
-    kv_capacity_tokens: int = 0  # total KV capacity in tokens
-    prefix_hits: int = 0  # cumulative prompt tokens found in the prefix cache
-    prefix_queries: int = 0  # cumulative prompt tokens looked up in the prefix cache
-    block_size: int = 16
-    prefill_tokens_per_s: float = 0.0  # measured (smoothed) prefill rate; 0 if unknown
-    decode_tokens_per_s: float = 0.0  # measured (smoothed) output token rate; 0 if unknown
-    queue_delay_s: float = 0.0  # estimated wait to first token for the newest waiting request
-    ttft_p95_s: float = 0.0  # recent TTFT P95 observed by this engine; 0 if no sample
-    healthy: bool = True
-    extra: dict[str, float] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, float]:
-        out = {k: float(v) for k, v in asdict(self).items() if k != "extra"}
-        out.update(self.extra)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, float]) -> EngineStats:
-        names = set(cls.__dataclass_fields__) - {"extra"}
-        kwargs = {k: data[k] for k in names if k in data}
-        for key in (
-            "waiting",
-            "running",
-            "waiting_prefill_tokens",
-            "kv_capacity_tokens",
-            "prefix_hits",
-            "prefix_queries",
-            "block_size",
-        ):
-            if key in kwargs:
-                kwargs[key] = int(kwargs[key])
-        if "healthy" in kwargs:
-            kwargs["healthy"] = bool(kwargs["healthy"])
-        return cls(**kwargs)
-
-
 @runtime_checkable
 class Engine(Protocol):
     block_size: int
@@ -101,7 +66,7 @@ class Engine(Protocol):
 
     async def abort(self, request_id: str) -> None: ...
 
-    def stats(self) -> EngineStats: ...
+    def stats(self) -> ReplicaStats: ...
 
     async def check_health(self) -> None: ...
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from replicas.engine import Delta, Engine, EngineStats, GenerateRequest
+from contracts.stats import ReplicaStats
+from replicas.engine import Delta, Engine, GenerateRequest
 
 
 class InjectedFault(RuntimeError):
@@ -40,7 +41,7 @@ class FaultyEngine:
     async def abort(self, request_id: str) -> None:
         await self.inner.abort(request_id)
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> ReplicaStats:
         return self.inner.stats()
 
     async def check_health(self) -> None:

@@ -20,6 +20,11 @@ Algorithm
   least one request in flight.
 - Prefill load: uncached tokens whose prefill completed in the last ``busy_window_s``
   seconds, per second. ``prefill_load / prefill_rate`` is the replica's prefill utilisation.
+- Decode rate: output tokens reported via ``on_output_tokens`` in the last
+  ``busy_window_s`` seconds, per busy second of that window (0 when it was idle): what the
+  engine produces while it works, not diluted by idle time.
+
+``snapshot()`` returns these numbers as a typed ``LoadSnapshot``.
 
 Time comes from the ``now`` arguments (or the injected ``clock`` when omitted).
 """
@@ -31,7 +36,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 Clock = Callable[[], float]
 
@@ -40,6 +44,17 @@ Clock = Callable[[], float]
 class _Pending:
     added_at: float
     prompt_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSnapshot:
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    queue_delay_s: float
+    ttft_p95_s: float
+    busy_fraction: float
+    prefill_load_tokens_per_s: float
+    ongoing: int
 
 
 class LoadTracker:
@@ -65,6 +80,7 @@ class LoadTracker:
         self._busy_window_s = busy_window_s
         self._busy: deque[list[float]] = deque()  # merged [start, end] intervals
         self._prefilled: deque[tuple[float, int]] = deque()  # (time, uncached tokens)
+        self._decoded: deque[tuple[float, int]] = deque()  # (time, output tokens)
         self._pending: dict[str, _Pending] = {}  # added, no first token yet
         self._in_flight: set[str] = set()
         self._in_flight_since: float | None = None
@@ -99,6 +115,10 @@ class LoadTracker:
         self._add_rate_sample(uncached, max(0.0, t - start))
         self._prefilled.append((t, uncached))
 
+    def on_output_tokens(self, count: int, now: float | None = None) -> None:
+        if count > 0:
+            self._decoded.append((self._now(now), int(count)))
+
     def on_finished(self, request_id: str, now: float | None = None) -> None:
         t = self._now(now)
         self._pending.pop(request_id, None)
@@ -128,27 +148,18 @@ class LoadTracker:
     def ongoing(self) -> int:
         return len(self._in_flight)
 
-    def snapshot(self, waiting_prefill_tokens: int, now: float | None = None) -> dict[str, float]:
+    def snapshot(self, waiting_prefill_tokens: float, now: float | None = None) -> LoadSnapshot:
         t = self._now(now)
         rate = self.prefill_tokens_per_s
-        return {
-            "waiting_prefill_tokens": float(waiting_prefill_tokens),
-            "prefill_tokens_per_s": rate,
-            "queue_delay_s": max(0, waiting_prefill_tokens) / rate,
-            "ttft_p95_s": self.ttft_p95(t),
-            "busy_fraction": self.busy_fraction(t),
-            "prefill_load_tokens_per_s": self.prefill_load(t),
-            "ongoing": float(len(self._in_flight)),
-        }
-
-    def engine_stats_fields(
-        self, waiting_prefill_tokens: int, now: float | None = None
-    ) -> dict[str, Any]:
-        """Keyword arguments for ``EngineStats(...)``: known fields plus ``extra``."""
-        snap = self.snapshot(waiting_prefill_tokens, now)
-        direct = ("prefill_tokens_per_s", "queue_delay_s", "ttft_p95_s")
-        extra = {k: v for k, v in snap.items() if k not in direct and k != "waiting_prefill_tokens"}
-        return {**{k: snap[k] for k in direct}, "extra": extra}
+        return LoadSnapshot(
+            prefill_tokens_per_s=rate,
+            decode_tokens_per_s=self.decode_rate(t),
+            queue_delay_s=max(0.0, waiting_prefill_tokens) / rate,
+            ttft_p95_s=self.ttft_p95(t),
+            busy_fraction=self.busy_fraction(t),
+            prefill_load_tokens_per_s=self.prefill_load(t),
+            ongoing=len(self._in_flight),
+        )
 
     def ttft_p95(self, now: float | None = None) -> float:
         t = self._now(now)
@@ -174,6 +185,13 @@ class LoadTracker:
         while self._prefilled and self._prefilled[0][0] < t - self._busy_window_s:
             self._prefilled.popleft()
         return sum(n for _, n in self._prefilled) / self._busy_window_s
+
+    def decode_rate(self, now: float | None = None) -> float:
+        t = self._now(now)
+        while self._decoded and self._decoded[0][0] < t - self._busy_window_s:
+            self._decoded.popleft()
+        busy_s = self.busy_fraction(t) * self._busy_window_s
+        return sum(n for _, n in self._decoded) / busy_s if busy_s > 0 else 0.0
 
     # ---- internals -----------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """``LLMReplica``: the Serve deployment that owns one engine.
 
 It streams the engine's deltas to the ingress as plain dicts, reports the engine's
-``stats()`` to Serve's router (``record_routing_stats``) and autoscaler
-(``record_autoscaling_stats``), and exports TTFT / ITL / E2E histograms and queue gauges
+``stats()`` (a ``ReplicaStats``, sent as ``to_wire()``: all floats plus its version, as
+Serve's autoscaling metrics must be) to Serve's router (``record_routing_stats``), autoscaler
+(``record_autoscaling_stats``) and the status actor, and exports TTFT / ITL / E2E histograms and queue gauges
 through Ray's metrics (raw ``prometheus_client`` metrics in a replica are not exported).
 Gauges are re-set every second because Ray drops a gauge that is not updated for ~30 s.
 """
@@ -89,16 +90,16 @@ class LLMReplica:
                     self._set_gauges()
                 status = status or get_status_actor()
                 if status is not None:
-                    status.report.remote(replica_id, self.engine.stats().as_dict())
+                    status.report.remote(replica_id, self.engine.stats().to_wire())
             await asyncio.sleep(GAUGE_PERIOD_S)
 
     def _set_gauges(self) -> None:
         assert self._metrics is not None
-        d = self.engine.stats().as_dict()
+        stats = self.engine.stats()
         for key, gauge in self._metrics.gauges.items():
-            gauge.set(d.get(key, 0.0))
-        if d["prefix_queries"] > 0:
-            self._metrics.hit_rate.set(d["prefix_hits"] / d["prefix_queries"])
+            gauge.set(float(getattr(stats, key)))
+        if stats.prefix_queries > 0:
+            self._metrics.hit_rate.set(stats.prefix_hits / stats.prefix_queries)
 
     async def generate(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         req = GenerateRequest(**payload["request"])
@@ -131,13 +132,13 @@ class LLMReplica:
         await self.engine.abort(request_id)
 
     def stats(self) -> dict[str, float]:
-        return self.engine.stats().as_dict()
+        return self.engine.stats().to_wire()
 
     def record_routing_stats(self) -> dict[str, float]:
-        return self.engine.stats().as_dict()
+        return self.engine.stats().to_wire()
 
     def record_autoscaling_stats(self) -> dict[str, float]:
-        return self.engine.stats().as_dict()
+        return self.engine.stats().to_wire()
 
     async def check_health(self) -> None:
         await self.engine.check_health()

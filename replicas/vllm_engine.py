@@ -2,8 +2,12 @@
 
 - Requests arrive as token ids (the ingress applied the chat template) and stream back as
   DELTA outputs, one ``Delta`` per engine step with the step's wall-clock time.
-- Scheduler numbers (waiting, running, KV usage, prefix-cache hits) come from a stat logger
-  vLLM calls after every step; queue and prefill-rate estimates come from ``LoadTracker``.
+- Scheduler numbers (waiting, running, KV usage, prefix-cache hits, steps, preemptions)
+  come from a stat logger vLLM calls after every step; rates, queue delay, TTFT P95, busy
+  fraction and prefill load come from ``LoadTracker`` (decode rate: tokens streamed per
+  busy second); uncached waiting prefill tokens from ``PrefillBacklog`` (a request's whole
+  prompt until the scheduler admits it and looks it up, then exactly prompt − cached
+  blocks, until its first token). ``draining`` is never set here (Serve drains replicas).
 - The KV cache is sized by ``kv_cache_memory_bytes`` on CPU and GPU alike (the CPU-only
   ``VLLM_CPU_KVCACHE_SPACE`` takes whole GiB, and would override it). Worker
   threads are left unbound (``VLLM_CPU_OMP_THREADS_BIND=nobind``), measured best for two
@@ -18,8 +22,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from replicas.engine import Delta, EngineStats, GenerateRequest
+from contracts.stats import ReplicaStats
+from replicas.engine import Delta, GenerateRequest
 from replicas.load_stats import LoadTracker
+from replicas.prefill_backlog import PrefillBacklog
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +108,9 @@ class _SchedulerView:
         self.kv_usage = 0.0
         self.prefix_hits = 0
         self.prefix_queries = 0
+        self.steps = 0
+        self.num_preemptions = 0
+        self.backlog = PrefillBacklog()
 
 
 def _stat_logger_factory(view: _SchedulerView) -> Any:
@@ -118,8 +127,11 @@ def _stat_logger_factory(view: _SchedulerView) -> Any:
             mm_cache_stats: Any = None,
             engine_idx: int = 0,
         ) -> None:
+            if iteration_stats is not None:
+                view.num_preemptions += iteration_stats.num_preempted_reqs
             if scheduler_stats is None:
                 return
+            view.steps += 1
             view.running = scheduler_stats.num_running_reqs
             view.waiting = scheduler_stats.num_waiting_reqs
             view.kv_usage = scheduler_stats.kv_cache_usage
@@ -127,6 +139,7 @@ def _stat_logger_factory(view: _SchedulerView) -> Any:
             if pcs is not None:
                 view.prefix_hits += pcs.hits
                 view.prefix_queries += pcs.queries
+                view.backlog.on_lookups(pcs.requests, pcs.queries, pcs.hits)
 
         def log_engine_initialized(self) -> None:
             pass
@@ -142,7 +155,6 @@ class VLLMEngine:
         self._llm: Any = None
         self._view = _SchedulerView()
         self._tracker = LoadTracker(clock=time.monotonic)
-        self._pending_prefill: dict[str, int] = {}  # request -> prompt tokens not yet prefilled
         self._kv_capacity_tokens = 0
         self._dead: str | None = None
 
@@ -187,7 +199,7 @@ class VLLMEngine:
         prompt_len = len(request.prompt_token_ids)
         now = time.monotonic()
         self._tracker.on_request_added(rid, prompt_len, now)
-        self._pending_prefill[rid] = prompt_len
+        self._view.backlog.add(rid, prompt_len)
         finished = False
         produced = 0
         try:
@@ -201,9 +213,11 @@ class VLLMEngine:
                 comp = out.outputs[0]
                 new_ids = list(comp.token_ids)
                 cached = int(out.num_cached_tokens or 0)
+                mono = time.monotonic()
                 if produced == 0 and new_ids:
-                    self._pending_prefill.pop(rid, None)
-                    self._tracker.on_first_token(rid, cached, time.monotonic())
+                    self._view.backlog.on_first_token(rid, cached)
+                    self._tracker.on_first_token(rid, cached, mono)
+                self._tracker.on_output_tokens(len(new_ids), mono)
                 produced += len(new_ids)
                 finished = out.finished
                 yield Delta(
@@ -217,7 +231,7 @@ class VLLMEngine:
                     cached_tokens=cached,
                 )
         finally:
-            self._pending_prefill.pop(rid, None)
+            self._view.backlog.remove(rid)
             self._tracker.on_finished(rid, time.monotonic())
             if not finished and self._llm is not None:
                 await self._llm.abort(rid)
@@ -234,12 +248,12 @@ class VLLMEngine:
         running = min(v.running, unfinished)
         return running, min(v.waiting, unfinished - running)
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> ReplicaStats:
         v = self._view
         running, waiting = self._counts()
-        waiting_tokens = sum(self._pending_prefill.values())
-        derived = self._tracker.snapshot(waiting_tokens, time.monotonic())
-        return EngineStats(
+        waiting_tokens = v.backlog.tokens
+        load = self._tracker.snapshot(waiting_tokens, time.monotonic())
+        return ReplicaStats(
             waiting=waiting,
             running=running,
             waiting_prefill_tokens=waiting_tokens,
@@ -248,12 +262,16 @@ class VLLMEngine:
             prefix_hits=v.prefix_hits,
             prefix_queries=v.prefix_queries,
             block_size=self.block_size,
-            prefill_tokens_per_s=derived.get("prefill_tokens_per_s", 0.0),
-            decode_tokens_per_s=derived.get("decode_tokens_per_s", 0.0),
-            queue_delay_s=derived.get("queue_delay_s", 0.0),
-            ttft_p95_s=derived.get("ttft_p95_s", 0.0),
+            prefill_tokens_per_s=load.prefill_tokens_per_s,
+            decode_tokens_per_s=load.decode_tokens_per_s,
+            queue_delay_s=load.queue_delay_s,
+            ttft_p95_s=load.ttft_p95_s,
+            busy_fraction=load.busy_fraction,
+            prefill_load_tokens_per_s=load.prefill_load_tokens_per_s,
+            ongoing=load.ongoing,
+            num_preemptions=v.num_preemptions,
+            steps=v.steps,
             healthy=self._llm is not None and self._dead is None,
-            extra={"busy_fraction": derived.get("busy_fraction", 0.0)},
         )
 
     async def check_health(self) -> None:

@@ -44,10 +44,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from contracts.stats import ReplicaStats
 from router.outstanding import OutstandingPrefill
 from router.types import ReplicaView, RequestView
 from router.views import replica_view_from_stats
@@ -87,7 +86,7 @@ class FleetBook:
     def view(
         self,
         replica_id: str,
-        stats: Mapping[str, Any] | None,
+        stats: ReplicaStats,
         *,
         queue_len: int = 0,
         max_ongoing: int = UNLIMITED,

@@ -7,7 +7,8 @@ finishes; ``update_replicas`` with the full replica set on every change and
 - each ``RunningReplica`` becomes (unique id, ``routing_stats``, Ray's queue-length cache,
   ``max_ongoing_requests``), and ``router.bookkeeping.FleetBook.view`` turns that into the
   ``ReplicaView`` (the book owns in-flight counts, pending decisions, outstanding prefill and
-  the correction of stale stats reports; ``routing_stats`` is ``EngineStats.as_dict()``);
+  the correction of stale stats reports; ``routing_stats`` is ``ReplicaStats.to_wire()``,
+  decoded by the book);
 - the ingress's ``RequestView`` is read from ``pending_request.args[0]["view"]``; the policy
   decides and the adapter returns ranked tiers ``[[chosen], [others by score]]`` so Serve
   can back off to the rest when the chosen one is full. Without a view it falls back to
@@ -31,11 +32,12 @@ import collections
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
+from contracts.stats import ReplicaStats, from_wire
 from router.bookkeeping import FleetBook
 from router.kv_subscriber import KVEventSubscriber
 from router.registry import make_policy
@@ -106,6 +108,7 @@ class LLMFleetRequestRouter(RequestRouter):
         self.rng = random.Random(seed)
         self.clock: Callable[[], float] = time.monotonic
         self.book = FleetBook(block_size=block_size, single_caller=single_caller)
+        self._decoded: dict[str, tuple[Mapping[str, Any] | None, ReplicaStats]] = {}
         self.decision_counts: collections.Counter[str] = collections.Counter()
         self.kv_template = kv_events_endpoint_template if policy == "prefix-precise" else None
         self.subscribers: dict[str, KVEventSubscriber] = {}
@@ -131,13 +134,25 @@ class LLMFleetRequestRouter(RequestRouter):
 
     # ---- conversion -----------------------------------------------------------------
     def replica_view(self, replica: RunningReplica, now: float | None = None) -> ReplicaView:
+        rid = replica.replica_id.unique_id
         return self.book.view(
-            replica.replica_id.unique_id,
-            replica.routing_stats,
+            rid,
+            self._decode(rid, replica.routing_stats),
             queue_len=self.replica_queue_len_cache.get(replica.replica_id) or 0,
             max_ongoing=replica.max_ongoing_requests,
             now=self.clock() if now is None else now,
         )
+
+    def _decode(self, replica_id: str, raw: Mapping[str, Any] | None) -> ReplicaStats:
+        """The replica's last report as a record, decoded once per report: Serve replaces the
+        dict on every poll, so an unchanged object is an unchanged report. Bad reports are
+        logged and counted by ``from_wire`` and read as neutral stats."""
+        last = self._decoded.get(replica_id)
+        if last is not None and last[0] is raw:
+            return last[1]
+        stats = from_wire(raw, strict=False)
+        self._decoded[replica_id] = (raw, stats)
+        return stats
 
     def _count(self, reason: str) -> None:
         self.decision_counts[reason] += 1

@@ -3,10 +3,10 @@ Serve adapter: parse once, convert once."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from contracts.hashing import block_hashes
+from contracts.stats import ReplicaStats
 from router.types import ReplicaView, RequestView
 
 
@@ -30,38 +30,31 @@ def make_request_view(
     )
 
 
-def _num(stats: Mapping[str, Any], key: str, default: float = 0.0) -> float:
-    value = stats.get(key, default)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return default
-
-
 def replica_view_from_stats(
     replica_id: str,
-    stats: Mapping[str, Any] | None,
+    stats: ReplicaStats,
     *,
     ongoing: int = 0,
     max_ongoing: int = 1_000_000,
     draining: bool = False,
     default_block_size: int = 16,
 ) -> ReplicaView:
-    """``stats`` is ``EngineStats.as_dict()`` as reported by the replica (may be empty or
-    stale); missing keys take neutral defaults, so a replica that has not reported yet is
-    treated as healthy and idle."""
-    s = stats or {}
+    """The router's view of one replica's ``ReplicaStats`` (decode the wire dict with
+    ``contracts.stats.from_wire(..., strict=False)`` first). Reads: healthy, draining,
+    waiting, running, waiting_prefill_tokens, kv_usage, kv_capacity_tokens, block_size,
+    prefill_tokens_per_s. A replica that has not reported (``UNREPORTED``) or reported
+    something undecodable (``UNKNOWN``, counted by ``from_wire``) is healthy and idle."""
     return ReplicaView(
         replica_id=replica_id,
-        healthy=bool(_num(s, "healthy", 1.0)),
-        draining=draining or bool(_num(s, "draining", 0.0)),
+        healthy=stats.healthy,
+        draining=draining or stats.draining,
         ongoing=max(0, int(ongoing)),
         max_ongoing=max(1, int(max_ongoing)),
-        waiting=int(_num(s, "waiting")),
-        running=int(_num(s, "running")),
-        waiting_prefill_tokens=int(_num(s, "waiting_prefill_tokens")),
-        kv_usage=_num(s, "kv_usage"),
-        kv_capacity_tokens=int(_num(s, "kv_capacity_tokens")),
-        block_size=int(_num(s, "block_size", default_block_size)) or default_block_size,
-        prefill_tokens_per_s=_num(s, "prefill_tokens_per_s"),
+        waiting=int(stats.waiting),
+        running=int(stats.running),
+        waiting_prefill_tokens=int(stats.waiting_prefill_tokens),
+        kv_usage=stats.kv_usage,
+        kv_capacity_tokens=stats.kv_capacity_tokens,
+        block_size=(stats.block_size if stats.reported else 0) or default_block_size,
+        prefill_tokens_per_s=stats.prefill_tokens_per_s,
     )

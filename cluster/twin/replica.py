@@ -6,6 +6,7 @@ draining and busy time. The router turns the report into its view through the sa
 from __future__ import annotations
 
 from autoscaler.types import ReplicaMetrics
+from contracts.stats import ReplicaStats
 from replicas.sim.core import CoreConfig, EngineCore
 from replicas.sim.kv_cache import KVEventCallback
 from replicas.sim.request import SimRequest
@@ -43,7 +44,7 @@ class SimReplica:
         self.started_at = now
         self.stopped_at: float | None = None
         self.served = 0
-        self.report: dict[str, float] | None = None
+        self.report: ReplicaStats | None = None
         self.report_at = now
 
     @property
@@ -56,23 +57,22 @@ class SimReplica:
         self.batch = None
         return [r for r in out if r.finish_reason is not None]
 
-    def routing_stats(self) -> dict[str, float]:
-        """The replica's routing report (``record_routing_stats``: ``EngineStats`` field
-        names), read now: the fields the router's view reads. The windowed TTFT and busy
-        fields are left out (each read costs O(window) and the router ignores them); the
-        autoscaler gets them from ``metrics``."""
+    def routing_stats(self) -> ReplicaStats:
+        """The replica's routing report, read now: the fields the router's view reads (see
+        ``router.views``). The windowed TTFT and busy fields stay at 0 (each read costs
+        O(window) and the router ignores them); the autoscaler gets them from ``metrics``."""
         sch = self.core.scheduler
-        return {
-            "waiting": float(len(sch.waiting)),
-            "running": float(len(sch.running)),
-            "waiting_prefill_tokens": float(max(0, sch.pending_prefill)),
-            "kv_usage": self.core.kv.pool.usage(),
-            "kv_capacity_tokens": float(self.core.kv_capacity_tokens),
-            "block_size": float(self.core.block_size),
-            "prefill_tokens_per_s": self.core.prefill_tokens_per_s,
-        }
+        return ReplicaStats(
+            waiting=len(sch.waiting),
+            running=len(sch.running),
+            waiting_prefill_tokens=max(0, sch.pending_prefill),
+            kv_usage=self.core.kv.pool.usage(),
+            kv_capacity_tokens=self.core.kv_capacity_tokens,
+            block_size=self.core.block_size,
+            prefill_tokens_per_s=self.core.prefill_tokens_per_s,
+        )
 
-    def routing_report(self, now: float, period_s: float) -> dict[str, float]:
+    def routing_report(self, now: float, period_s: float) -> ReplicaStats:
         """The report the router holds at ``now``: read afresh once ``period_s`` has passed
         since the last read (always, when 0), so it is up to ``period_s`` old."""
         if self.report is None or now - self.report_at >= period_s:
@@ -82,9 +82,7 @@ class SimReplica:
     def metrics(self, now: float) -> ReplicaMetrics:
         """What the replica would report at ``now`` (busy fraction and TTFT P95 over the
         core's sliding windows, in virtual time)."""
-        stats = self.core.stats(now).as_dict()
-        stats["ongoing"] = float(self.ongoing)
-        return ReplicaMetrics.from_stats(self.replica_id, stats)
+        return ReplicaMetrics.from_stats(self.replica_id, self.core.stats(now), self.ongoing)
 
     def stop(self, now: float) -> None:
         if self.stopped_at is None:

@@ -8,14 +8,19 @@ scheduling decision ("stored" / "removed", parent first).
 Busy fraction and recent TTFT P95 come from the real engine's ``LoadTracker`` fed with the
 core's own (real or virtual) times: busy = completed engine steps within the last
 ``BUSY_WINDOW_S``; TTFT P95 over the first tokens of the last ``TTFT_WINDOW_S``, so a burst
-ages out of it. ``stats(now)`` reads both at ``now`` (default: the latest time seen).
+ages out of it; prefill load = uncached tokens whose first token came in the last
+``BUSY_WINDOW_S``, per second. ``stats(now)`` reads them at ``now`` (default: the latest
+time seen). Prefill and decode rates are the core's own per-step EWMAs (``EWMA_ALPHA``);
+``waiting_prefill_tokens`` is the scheduler's exact count (whole prompt while waiting, less
+the cache hit once scheduled, less each prefilled chunk). Every ``ReplicaStats`` field is
+measured; ``healthy``/``draining`` keep their defaults (the core cannot fail or drain).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replicas.engine import EngineStats
+from contracts.stats import ReplicaStats
 from replicas.load_stats import LoadTracker
 from replicas.sim import profiles
 from replicas.sim.cost import CostModel
@@ -132,12 +137,12 @@ class EngineCore:
                 self.recent.on_finished(req.request_id, end)
         return out
 
-    def stats(self, now: float | None = None) -> EngineStats:
+    def stats(self, now: float | None = None) -> ReplicaStats:
         t = self._now if now is None else max(now, self._now)
         sch = self.scheduler
         pending = max(0, sch.pending_prefill)
         rate = self._prefill_rate
-        return EngineStats(
+        return ReplicaStats(
             waiting=len(sch.waiting),
             running=len(sch.running),
             waiting_prefill_tokens=pending,
@@ -150,9 +155,9 @@ class EngineCore:
             decode_tokens_per_s=self._decode_rate,
             queue_delay_s=pending / rate if rate > 0 else 0.0,
             ttft_p95_s=self.recent.ttft_p95(t),
-            extra={
-                "num_preemptions": float(sch.num_preemptions),
-                "steps": float(self.steps),
-                "busy_fraction": self.recent.busy_fraction(t),
-            },
+            busy_fraction=self.recent.busy_fraction(t),
+            prefill_load_tokens_per_s=self.recent.prefill_load(t),
+            ongoing=self.recent.ongoing,
+            num_preemptions=sch.num_preemptions,
+            steps=self.steps,
         )

@@ -17,7 +17,8 @@ import zlib
 from collections.abc import AsyncIterator, Callable
 
 from contracts.hashing import block_hashes
-from replicas.engine import FINISH_ABORT, Delta, EngineStats, GenerateRequest
+from contracts.stats import ReplicaStats
+from replicas.engine import FINISH_ABORT, Delta, GenerateRequest
 from replicas.sim.core import CoreConfig, EngineCore
 from replicas.sim.kv_cache import KVEventCallback
 from replicas.sim.request import FINISHED, SimRequest
@@ -91,7 +92,7 @@ class SimEngine:
             exc = self._task.exception() if not self._task.cancelled() else None
             raise RuntimeError(f"engine loop died: {exc!r}")
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> ReplicaStats:
         return self.core.stats(self._clock())
 
     async def abort(self, request_id: str) -> None:

@@ -20,6 +20,16 @@ from autoscaler.serve_autoscaling import (
 )
 from autoscaler.ttft_queue import TTFTQueueState
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig
+from contracts.stats import ReplicaStats
+
+
+def metric_major(stats: dict[Any, ReplicaStats], **serve: dict[Any, float]) -> dict[str, Any]:
+    """Replicas' ``ReplicaStats`` wire dicts as Serve aggregates them, plus Serve's own keys."""
+    out: dict[str, dict[Any, float]] = dict(serve)
+    for rid, st in stats.items():
+        for name, value in st.to_wire().items():
+            out.setdefault(name, {})[rid] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -34,16 +44,21 @@ def fake_ctx(**overrides: Any) -> SimpleNamespace:
     base: dict[str, Any] = {
         "current_num_replicas": 2,
         "target_num_replicas": 3,
-        "aggregated_metrics": {
-            "waiting_prefill_tokens": {A: 5600.0, B: 0.0},
-            "prefill_tokens_per_s": {A: 1000.0, B: 1200.0},
-            "queue_delay_s": {A: 5.6},
-            "kv_usage": {A: 0.5, B: 0.25},
-            "running_requests": {A: 7.0, B: 2.0},
-            "block_size": {A: 16.0, B: 16.0},  # unknown to ReplicaMetrics: ignored
-            "prefix_queries": {A: 9000.0, B: 100.0},
-            "prefix_hits": {A: 4000.0, B: 0.0},
-        },
+        "aggregated_metrics": metric_major(
+            {
+                A: ReplicaStats(
+                    waiting_prefill_tokens=5600.0,
+                    prefill_tokens_per_s=1000.0,
+                    queue_delay_s=5.6,
+                    kv_usage=0.5,
+                    prefix_queries=9000.0,
+                    prefix_hits=4000.0,
+                    ongoing=1.0,  # the engine's own count: Serve's running_requests wins
+                ),
+                B: ReplicaStats(prefill_tokens_per_s=1200.0, kv_usage=0.25, prefix_queries=100.0),
+            },
+            running_requests={A: 7.0, B: 2.0},
+        ),
         "total_num_requests": 9.0,
         "total_queued_requests": 1.0,
         "capacity_adjusted_min_replicas": 1,
@@ -76,8 +91,11 @@ def test_context_edge_cases() -> None:
     )
     s = snapshot_from_context(ctx)
     assert s.replicas == () and s.pending_requests == 4.0 and s.now > 0
-    own = fake_ctx(aggregated_metrics={"ongoing": {A: 3.0}, "running_requests": {A: 9.0}})
-    assert snapshot_from_context(own).replicas[0].ongoing == 3.0
+    own = fake_ctx(aggregated_metrics=metric_major({A: ReplicaStats(ongoing=3.0)}))
+    assert snapshot_from_context(own).replicas[0].ongoing == 3.0  # no running_requests
+    early = fake_ctx(aggregated_metrics={"running_requests": {A: 2.0}})  # no report yet
+    (m,) = snapshot_from_context(early).replicas
+    assert m.ongoing == 2.0 and m.waiting_prefill_tokens == 0.0
 
 
 def test_policy_class_decides_and_filters_serve_state() -> None:
@@ -146,10 +164,9 @@ def test_runs_inside_rays_own_policy_wrapper() -> None:
             running_replicas=[r1],
             total_num_requests=lambda: 5.0,
             total_queued_requests=lambda: 0.0,
-            aggregated_metrics=lambda: {
-                "waiting_prefill_tokens": {r1: 7000.0},
-                "prefill_tokens_per_s": {r1: 1000.0},
-            },
+            aggregated_metrics=lambda: metric_major(
+                {r1: ReplicaStats(waiting_prefill_tokens=7000.0, prefill_tokens_per_s=1000.0)}
+            ),
             raw_metrics=None,
             capacity_adjusted_min_replicas=1,
             capacity_adjusted_max_replicas=8,

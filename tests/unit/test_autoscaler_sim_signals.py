@@ -32,12 +32,12 @@ def _serve(core: EngineCore, rid: str, now: float, prompt: int = 512, out: int =
 
 def test_busy_fraction_is_stepped_time_over_a_sliding_window() -> None:
     core = EngineCore(CORE)
-    assert core.stats(0.0).extra["busy_fraction"] == 0.0
+    assert core.stats(0.0).busy_fraction == 0.0
     end = _serve(core, "a", 100.0, prompt=4096, out=64)
     busy = end - 100.0
     assert 0.0 < busy < BUSY_WINDOW_S
-    assert core.stats(end).extra["busy_fraction"] == pytest.approx(busy / BUSY_WINDOW_S)
-    assert core.stats(100.0 + BUSY_WINDOW_S + busy + 0.1).extra["busy_fraction"] == 0.0
+    assert core.stats(end).busy_fraction == pytest.approx(busy / BUSY_WINDOW_S)
+    assert core.stats(100.0 + BUSY_WINDOW_S + busy + 0.1).busy_fraction == 0.0
 
 
 def test_ttft_p95_ages_out_in_virtual_time() -> None:
@@ -56,15 +56,14 @@ def test_ttft_p95_ages_out_in_virtual_time() -> None:
 def test_stats_without_now_use_the_latest_time_seen() -> None:
     core = EngineCore(CORE)
     end = _serve(core, "a", 5.0, prompt=2048)
-    assert core.stats().extra["busy_fraction"] == core.stats(end).extra["busy_fraction"] > 0
+    assert core.stats().busy_fraction == core.stats(end).busy_fraction > 0
 
 
 async def test_real_time_sim_engine_reports_busy_fraction() -> None:
     engine = SimEngine(speed=100.0, block_size=16, seed=1)
     req = GenerateRequest("a", list(range(1, 200)), 20)
     _ = [d async for d in engine.generate(req)]
-    stats = engine.stats().as_dict()
-    assert 0.0 < stats["busy_fraction"] <= 1.0
+    assert 0.0 < engine.stats().busy_fraction <= 1.0
     await engine.shutdown()
 
 
@@ -72,7 +71,7 @@ def test_utilization_baseline_scales_on_simulated_replicas() -> None:
     """The baseline reads ``busy_fraction`` from the sim's own stats (it used to see 0)."""
     core = EngineCore(CORE)
     end = _serve(core, "a", 0.0, prompt=8192, out=400)  # ~2.8 s of steps
-    m = ReplicaMetrics.from_stats("r0", core.stats(end).as_dict())
+    m = ReplicaMetrics.from_stats("r0", core.stats(end))
     assert m.busy_fraction == pytest.approx(end / BUSY_WINDOW_S)
     cfg = ScalingConfig(min_replicas=1, max_replicas=8, params={"target_utilization": 0.1})
     policy = UtilizationPolicy()

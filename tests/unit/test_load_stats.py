@@ -1,4 +1,5 @@
-"""LoadTracker: prefill-rate estimation, queue-delay prediction, TTFT P95, busy fraction."""
+"""LoadTracker: prefill-rate estimation, queue-delay prediction, TTFT P95, busy fraction,
+prefill load and decode rate."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import statistics
 
 import pytest
 
-from replicas.engine import EngineStats
 from replicas.load_stats import LoadTracker
 
 Job = tuple[float, float, int, int, float]  # (arrival, start, prompt, cached, first token)
@@ -62,7 +62,7 @@ def _fifo_run(
         for _a, s, p, c, f in jobs[: i + 1]:
             if f > now:  # not yet at its first token: its remaining work is ahead
                 waiting += (p - c) * (1.0 - min(1.0, max(0.0, now - s) / max(f - s, 1e-12)))
-        out.append((tracker.snapshot(round(waiting), now=now)["queue_delay_s"], first - arrival))
+        out.append((tracker.snapshot(round(waiting), now=now).queue_delay_s, first - arrival))
     return out
 
 
@@ -89,9 +89,10 @@ def test_estimate_adapts_when_prefill_rate_halves() -> None:
 def test_cold_replica_uses_prior() -> None:
     tracker = LoadTracker(prior_prefill_tokens_per_s=2000.0, clock=lambda: 0.0)
     snap = tracker.snapshot(4000, now=0.0)
-    assert snap["prefill_tokens_per_s"] == pytest.approx(2000.0)
-    assert snap["queue_delay_s"] == pytest.approx(2.0)
-    assert snap["ttft_p95_s"] == 0.0
+    assert snap.prefill_tokens_per_s == pytest.approx(2000.0)
+    assert snap.queue_delay_s == pytest.approx(2.0)
+    assert snap.ttft_p95_s == 0.0
+    assert snap.decode_tokens_per_s == 0.0 and snap.prefill_load_tokens_per_s == 0.0
     with pytest.raises(ValueError):
         LoadTracker(prior_prefill_tokens_per_s=0.0)
 
@@ -141,7 +142,7 @@ def test_busy_fraction_from_occupancy_and_from_steps() -> None:
     assert stepped.busy_fraction(now=10.0) == pytest.approx(0.25)
 
 
-def test_prefill_load_and_engine_stats_fields() -> None:
+def test_prefill_load_and_snapshot() -> None:
     now = [0.0]
     tracker = LoadTracker(busy_window_s=10.0, clock=lambda: now[0])
     for k in range(5):
@@ -149,11 +150,21 @@ def test_prefill_load_and_engine_stats_fields() -> None:
         now[0] += 1.0
         tracker.on_first_token(str(k), cached_tokens=200)
     assert tracker.prefill_load() == pytest.approx(5 * 800 / 10.0)
-    fields = tracker.engine_stats_fields(1600)
-    stats = EngineStats(waiting=2, waiting_prefill_tokens=1600, **fields)
-    d = stats.as_dict()
-    assert d["queue_delay_s"] == pytest.approx(1600 / tracker.prefill_tokens_per_s)
-    assert d["ongoing"] == 5.0 and "busy_fraction" in d and "prefill_load_tokens_per_s" in d
+    snap = tracker.snapshot(1600)
+    assert snap.queue_delay_s == pytest.approx(1600 / tracker.prefill_tokens_per_s)
+    assert snap.prefill_load_tokens_per_s == pytest.approx(400.0)
+    assert snap.ongoing == 5 and snap.busy_fraction == pytest.approx(0.5)
+
+
+def test_decode_rate_is_per_busy_second_of_the_window() -> None:
+    tracker = LoadTracker(busy_window_s=10.0, clock=lambda: 0.0)
+    tracker.on_request_added("a", 10, now=0.0)
+    for k in range(1, 21):  # 20 tokens of 2 each over two busy seconds
+        tracker.on_output_tokens(2, now=k * 0.1)
+    tracker.on_finished("a", now=2.0)
+    assert tracker.decode_rate(now=5.0) == pytest.approx(40 / 2.0)
+    assert tracker.snapshot(0, now=5.0).decode_tokens_per_s == pytest.approx(20.0)
+    assert tracker.decode_rate(now=13.0) == 0.0  # the window holds no busy time any more
 
 
 def test_unknown_and_aborted_requests_are_harmless() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from bench.types import RequestSpec
 from cluster.twin.fleet import ClusterConfig, ClusterSim
+from contracts.stats import UNREPORTED, ReplicaStats
 from replicas.sim.core import CoreConfig
 from router.bookkeeping import PENDING_TTL_S, FleetBook
 from router.registry import make_policy
@@ -26,7 +27,8 @@ from router.types import (
 from router.views import make_request_view
 from tests.unit.test_router_serve_adapter import FakeReplica, _pending, _router
 
-REPORT = {"waiting": 2.0, "running": 1.0, "waiting_prefill_tokens": 300.0}
+REPORT = ReplicaStats(waiting=2, running=1, waiting_prefill_tokens=300)
+NONE = UNREPORTED
 
 
 def test_ongoing_counts_in_flight_or_queue_len_plus_pending_decisions() -> None:
@@ -34,24 +36,24 @@ def test_ongoing_counts_in_flight_or_queue_len_plus_pending_decisions() -> None:
     book.routed("k1", None, "a", now=0.0)
     book.decided("r2", "a", 0, now=0.0)
     book.decided("r2", "a", 0, now=0.5)  # asked again: still one pending decision
-    assert book.view("a", {}, queue_len=0, now=1.0).ongoing == 2
-    assert book.view("a", {}, queue_len=5, now=1.0).ongoing == 6  # Ray's count is larger
+    assert book.view("a", NONE, queue_len=0, now=1.0).ongoing == 2
+    assert book.view("a", NONE, queue_len=5, now=1.0).ongoing == 6  # Ray's count is larger
     assert book.completed("k1", "a") == ("k1", "a")
-    assert book.view("a", {}, now=1.0).ongoing == 1
+    assert book.view("a", NONE, now=1.0).ongoing == 1
     book.expire(0.5 + PENDING_TTL_S + 0.1)
-    assert book.view("a", {}, now=40.0).ongoing == 0 and not book.decisions
+    assert book.view("a", NONE, now=40.0).ongoing == 0 and not book.decisions
 
 
 def test_routed_request_adds_its_uncached_prompt_to_the_outstanding_backlog() -> None:
     book = FleetBook(block_size=16)
-    book.view("a", {"prefill_tokens_per_s": 100.0}, now=0.0)  # learns the rate
+    book.view("a", ReplicaStats(prefill_tokens_per_s=100.0), now=0.0)  # learns the rate
     request = make_request_view("r1", list(range(640)))
     book.decided("r1", "a", matched_blocks=10, now=0.0)
     book.routed("i1", request, "a", now=0.0)  # 640 - 10 * 16 uncached
-    assert book.view("a", {"prefill_tokens_per_s": 100.0}, now=1.0).waiting_prefill_tokens == 380
+    assert book.view("a", ReplicaStats(prefill_tokens_per_s=100.0), now=1.0).waiting_prefill_tokens == 380
     book.decided("r2", "a", matched_blocks=10, now=1.0)
     book.routed("i2", make_request_view("r2", list(range(640))), "b", now=1.0)  # Ray chose b
-    assert book.view("b", {}, now=1.0).waiting_prefill_tokens == 640  # no match on b
+    assert book.view("b", NONE, now=1.0).waiting_prefill_tokens == 640  # no match on b
     assert not book.pending and book.completed("i2", "b") == ("r2", "b")
     book.gone("a")
     assert book.view("a", REPORT, queue_len=1, now=1.0).waiting_prefill_tokens == 300
@@ -67,7 +69,7 @@ def test_stale_reports_are_corrected_and_fresh_ones_used_as_they_are() -> None:
     assert shared.waiting_prefill_tokens == 300
     fresh = FleetBook(fresh_reports=True)
     fresh.routed("i1", make_request_view("r1", list(range(4000))), "a", now=0.0)
-    assert fresh.view("a", {}, now=0.0).waiting_prefill_tokens == 0  # no own estimate
+    assert fresh.view("a", NONE, now=0.0).waiting_prefill_tokens == 0  # no own estimate
     assert fresh.view("a", REPORT, now=0.0).waiting == 2
 
 
@@ -133,7 +135,7 @@ async def _replay_through_adapter(twin_log: list[Any], fresh: bool) -> Recorder:
             _, now, request, reports = entry
             for rid, stats, ongoing in reports:
                 fake = fakes.setdefault(rid, FakeReplica(rid, max_ongoing=1_000_000))
-                fake.routing_stats = stats
+                fake.routing_stats = stats.to_wire()  # what record_routing_stats returns
                 router.replica_queue_len_cache.update(fake.replica_id, ongoing)
             candidates = [fakes[rid] for rid, _, _ in reports]
             await router.choose_replicas(candidates, _pending(request, request.request_id))
@@ -164,7 +166,7 @@ async def test_twin_and_ray_adapter_see_the_same_views_and_decide_the_same(fresh
     reports = [dict(r[0:2] for r in e[3]) for e in twin.log if e[0] == "choose"]
     seen = [{v.replica_id: v.waiting_prefill_tokens for v in views} for views, _ in ours]
     corrected = sum(
-        v != int(rep[rid]["waiting_prefill_tokens"])
+        v != int(rep[rid].waiting_prefill_tokens)
         for rep, views in zip(reports, seen, strict=True)
         for rid, v in views.items()
     )

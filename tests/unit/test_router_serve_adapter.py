@@ -11,7 +11,7 @@ from typing import Any
 
 from ray.serve._private.common import DeploymentHandleSource, DeploymentID, ReplicaID
 
-from replicas.engine import EngineStats
+from contracts.stats import UNREPORTED, ReplicaStats
 from router.bookkeeping import PENDING_TTL_S
 from router.serve_router import LLMFleetRequestRouter, rank_tiers, request_view_of
 from router.types import RoutingDecision
@@ -44,8 +44,8 @@ def _router(**kw: Any) -> LLMFleetRequestRouter:
     return r
 
 
-def test_replica_view_from_engine_stats_dict() -> None:
-    stats = EngineStats(
+def test_replica_view_from_replica_stats() -> None:
+    stats = ReplicaStats(
         waiting=2,
         running=3,
         waiting_prefill_tokens=900,
@@ -54,7 +54,7 @@ def test_replica_view_from_engine_stats_dict() -> None:
         block_size=128,
         prefill_tokens_per_s=480.0,
         healthy=False,
-    ).as_dict()
+    )
     v = replica_view_from_stats("x", stats, ongoing=5, max_ongoing=16)
     assert (v.waiting, v.running, v.waiting_prefill_tokens, v.kv_capacity_tokens) == (
         2,
@@ -64,8 +64,8 @@ def test_replica_view_from_engine_stats_dict() -> None:
     )
     assert (v.kv_usage, v.block_size, v.prefill_tokens_per_s) == (0.4, 128, 480.0)
     assert (v.healthy, v.ongoing, v.max_ongoing) == (False, 5, 16)
-    fresh = replica_view_from_stats("y", {}, default_block_size=16)  # not reported yet
-    assert fresh.healthy and fresh.waiting == 0 and fresh.block_size == 16
+    fresh = replica_view_from_stats("y", UNREPORTED, default_block_size=128)  # no report yet
+    assert fresh.healthy and fresh.waiting == 0 and fresh.block_size == 128
 
 
 def test_request_view_lookup_and_rank_tiers() -> None:
@@ -80,7 +80,7 @@ def test_request_view_lookup_and_rank_tiers() -> None:
 
 async def test_choose_observe_complete_cycle_learns_affinity() -> None:
     router = _router(policy="prefix", config={"load_slack": 4.0}, seed=3)
-    reps = [FakeReplica(u, EngineStats(kv_capacity_tokens=16_000).as_dict()) for u in "abcd"]
+    reps = [FakeReplica(u, ReplicaStats(kv_capacity_tokens=16_000).to_wire()) for u in "abcd"]
     router.update_replicas(reps)
     first = make_request_view("r1", SYSTEM + [1])
     tiers = await router.choose_replicas(reps, _pending(first, "i1"))
@@ -101,8 +101,8 @@ async def test_choose_observe_complete_cycle_learns_affinity() -> None:
 
 async def test_missing_view_falls_back_to_p2c_and_gone_replica_is_forgotten() -> None:
     router = _router(policy="prefix", single_caller=False)  # trust reported queues as-is
-    busy = FakeReplica("busy", EngineStats(waiting=20).as_dict())
-    idle = FakeReplica("idle", EngineStats().as_dict())
+    busy = FakeReplica("busy", ReplicaStats(waiting=20).to_wire())
+    idle = FakeReplica("idle", ReplicaStats().to_wire())
     router.update_replicas([busy, idle])
     tiers = await router.choose_replicas([busy, idle], _pending(None, "i1"))
     assert tiers[0] == [idle] and router.decision_counts["fallback"] == 1
@@ -118,7 +118,8 @@ async def test_missing_view_falls_back_to_p2c_and_gone_replica_is_forgotten() ->
 
 async def test_all_unavailable_returns_every_candidate_as_one_tier() -> None:
     router = _router(policy="least-loaded")
-    reps = [FakeReplica("a", {"healthy": 0.0}), FakeReplica("b", {"healthy": 0.0})]
+    down = ReplicaStats(healthy=False).to_wire()
+    reps = [FakeReplica("a", down), FakeReplica("b", down)]
     tiers = await router.choose_replicas(reps, _pending(make_request_view("r", SYSTEM), "i"))
     assert tiers == [reps] and router.decision_counts["fallback"] == 1
     assert await router.choose_replicas([], None) == []
@@ -126,7 +127,7 @@ async def test_all_unavailable_returns_every_candidate_as_one_tier() -> None:
 
 async def test_single_caller_ignores_stale_queue_reports_of_idle_replicas() -> None:
     router = _router(policy="prefix")
-    stale = FakeReplica("stale", EngineStats(waiting=1, waiting_prefill_tokens=544).as_dict())
+    stale = FakeReplica("stale", ReplicaStats(waiting=1, waiting_prefill_tokens=544).to_wire())
     view = router.replica_view(stale)
     assert (view.waiting, view.waiting_prefill_tokens) == (0, 0)  # nothing of ours in flight there
     router.on_request_routed(_pending(make_request_view("r", SYSTEM), "i1"), stale.replica_id, None)
@@ -135,7 +136,7 @@ async def test_single_caller_ignores_stale_queue_reports_of_idle_replicas() -> N
 
 async def test_burst_between_stats_reports_counts_own_outstanding_prefill() -> None:
     router = _router(policy="prefix")
-    stats = EngineStats(prefill_tokens_per_s=100.0).as_dict()
+    stats = ReplicaStats(prefill_tokens_per_s=100.0).to_wire()
     a, b = FakeReplica("a", stats), FakeReplica("b", stats)
     router.update_replicas([a, b])
     first = make_request_view("r1", list(range(5000, 5512)))
@@ -180,7 +181,7 @@ async def test_precise_router_subscribes_counts_and_learns_kv_events(tmp_path: A
 async def test_burst_of_concurrent_decisions_counts_pending_and_respects_the_bound() -> None:
     # 32 requests with one prefix decided before Ray reports any of them routed
     router = _router(policy="prefix", seed=1)
-    reps = [FakeReplica(u, EngineStats(kv_capacity_tokens=16_000).as_dict()) for u in "abcd"]
+    reps = [FakeReplica(u, ReplicaStats(kv_capacity_tokens=16_000).to_wire()) for u in "abcd"]
     router.update_replicas(reps)
     chosen = []
     for i in range(32):

@@ -222,4 +222,4 @@ def test_router_book_ends_empty_and_reports_age_by_the_stats_period() -> None:
     first = rep.routing_report(sim.now, period_s=0.5)
     assert rep.routing_report(sim.now + 0.4, period_s=0.5) is first  # still the held report
     assert rep.routing_report(sim.now + 0.5, period_s=0.5) is not first
-    assert first["kv_capacity_tokens"] == rep.core.kv_capacity_tokens
+    assert first.kv_capacity_tokens == rep.core.kv_capacity_tokens
