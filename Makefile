@@ -30,7 +30,8 @@ lint: install
 	$(VENV)/bin/ruff check $(SRC) tests
 	$(VENV)/bin/ruff format --check $(SRC) tests
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mypy router autoscaler contracts
+	$(VENV)/bin/mypy $(SRC)
+	$(VENV)/bin/mypy --strict contracts router autoscaler
 
 test: model lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests

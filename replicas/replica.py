@@ -66,7 +66,9 @@ class _Metrics:
 
 
 class LLMReplica:
-    async def __init__(self, engine_spec: dict[str, Any], enable_metrics: bool = True) -> None:
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor
+        self, engine_spec: dict[str, Any], enable_metrics: bool = True
+    ) -> None:
         from ray import serve
 
         self.replica_id = serve.get_replica_context().replica_id.unique_id
@@ -107,7 +109,8 @@ class LLMReplica:
         last_t: float | None = None
         first_t: float | None = None
         final: dict[str, Any] | None = None
-        async with contextlib.aclosing(self.engine.generate(req)) as stream:
+        stream_of = self.engine.generate(req)  # an async generator: aclose() ends it
+        async with contextlib.aclosing(stream_of) as stream:  # type: ignore[type-var]
             async for delta in stream:
                 out = asdict(delta)
                 out["replica"] = self.replica_id

@@ -38,7 +38,7 @@ class FleetStatus:
 
 
 def ensure_status_actor() -> Any:
-    return FleetStatus.options(
+    return FleetStatus.options(  # type: ignore[attr-defined]  # @ray.remote adds options()
         name=ACTOR_NAME, namespace=NAMESPACE, get_if_exists=True, lifetime="detached"
     ).remote()
 

@@ -124,8 +124,8 @@ def _stat_logger_factory(view: _SchedulerView) -> Any:
             self,
             scheduler_stats: Any,
             iteration_stats: Any,
-            mm_cache_stats: Any = None,
-            engine_idx: int = 0,
+            mm_cache_stats: Any = None,  # noqa: ARG002 (vLLM's logger signature)
+            engine_idx: int = 0,  # noqa: ARG002
         ) -> None:
             if iteration_stats is not None:
                 view.num_preemptions += iteration_stats.num_preempted_reqs

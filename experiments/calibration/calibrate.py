@@ -126,7 +126,7 @@ async def measure(eng: Any, spec: HeldoutSpec, seed: int) -> dict[str, Any]:
     }
 
 
-async def sim_phase(raw: dict[str, Any], spec: HeldoutSpec) -> tuple[list[Trace], int, int]:
+async def sim_phase(raw: dict[str, Any], spec: HeldoutSpec) -> tuple[list[Trace], float, float]:
     from replicas.sim.engine import SimEngine
 
     eng = SimEngine(

@@ -87,7 +87,7 @@ class Summary:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def summarize(traces: list[Trace], hits: int, queries: int) -> Summary:
+def summarize(traces: list[Trace], hits: float, queries: float) -> Summary:
     done = [t for t in traces if t.times]
     ttft = [t.ttft for t in done]
     itl = [g for t in done for g in t.itls()]

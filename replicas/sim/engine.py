@@ -11,6 +11,7 @@ batching waits for a full batch indefinitely.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 import zlib
@@ -77,10 +78,8 @@ class SimEngine:
         self._closed = True
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         for rid in list(self._requests):
             await self.abort(rid)
@@ -177,7 +176,5 @@ class SimEngine:
         wake = self.core.scheduler.next_wakeup()
         self._wake.clear()
         timeout = None if wake is None else max(0.0, wake - self._clock())
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=timeout)
-        except TimeoutError:
-            pass

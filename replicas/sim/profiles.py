@@ -134,7 +134,7 @@ HARDWARE: dict[str, HardwareProfile] = {
         3e-6,
         2e-5,
         default_max_num_batched_tokens=2048,
-    ),  # fmt: skip
+    ),
     "cpu": cpu_profile(CPU_FIT),
 }
 

@@ -9,24 +9,24 @@ WAITING, RUNNING, FINISHED = 0, 1, 2
 
 class SimRequest:
     __slots__ = (
-        "request_id",
-        "prompt_len",
-        "block_hashes",
-        "max_tokens",
         "arrival",
-        "state",
+        "block_hashes",
+        "blocks",
+        "cached_tokens",
+        "finish_reason",
+        "first_scheduled",
+        "first_token_time",
+        "max_tokens",
+        "num_cached_blocks",
         "num_computed",
         "num_output",
-        "blocks",
-        "num_cached_blocks",
-        "cached_tokens",
-        "first_token_time",
-        "first_scheduled",
-        "finish_reason",
-        "token_times",
         "num_preemptions",
         "payload",
+        "prompt_len",
+        "request_id",
+        "state",
         "token_ids",
+        "token_times",
     )
 
     def __init__(
