@@ -43,7 +43,8 @@ def _start_stub(mode: str, delay_s: float = 0.0) -> tuple[subprocess.Popen, str]
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert proc.stdout is not None and "stub server" in proc.stdout.readline()
+    assert proc.stdout is not None
+    assert "stub server" in proc.stdout.readline()
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -84,7 +85,8 @@ def test_single_run_writes_json_jsonl_png(stub_ok: str, tmp_path: Path) -> None:
     )
     assert rc == 0
     res = json.loads(out.read_text())
-    assert res["config"]["model"] == "stub-model" and res["config"]["num_requests"] == 40
+    assert res["config"]["model"] == "stub-model"
+    assert res["config"]["num_requests"] == 40
     assert res["requests"]["total"] == res["requests"]["completed"] == 40  # no warm-up rows
     assert res["goodput"]["attainment"] == 1.0
     assert len((tmp_path / "run.jsonl").read_text().splitlines()) == res["requests"]["total"]
@@ -119,7 +121,8 @@ def test_sweep_writes_per_rate_results(stub_ok: str, tmp_path: Path) -> None:
     assert rc == 0
     res = json.loads(out.read_text())
     assert [row["rate"] for row in res["sweep"]] == [20.0, 40.0]
-    assert (tmp_path / "sweep.rate-20.json").exists() and (tmp_path / "sweep.png").exists()
+    assert (tmp_path / "sweep.rate-20.json").exists()
+    assert (tmp_path / "sweep.png").exists()
     done = [row["result"]["requests"]["completed"] for row in res["sweep"]]
     assert done[1] > done[0]
 

@@ -41,9 +41,14 @@ async def test_completions_stream_uses_usage_counts() -> None:
         rec = await _send(_target(srv.port))
         body = srv.bodies[0]
     assert rec.error is None
-    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
-    assert body["prompt"] == [11, 12, 13] and body["max_tokens"] == 3 and body["ignore_eos"]
-    assert rec.output_tokens == 3 and rec.prompt_tokens == 3 and len(rec.token_times_s) == 3
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["prompt"] == [11, 12, 13]
+    assert body["max_tokens"] == 3
+    assert body["ignore_eos"]
+    assert rec.output_tokens == 3
+    assert rec.prompt_tokens == 3
+    assert len(rec.token_times_s) == 3
     assert rec.replica == "stub-0"
     assert 0 < rec.ttft_s < rec.e2e_s
     gaps = [b - a for a, b in zip(rec.token_times_s, rec.token_times_s[1:], strict=False)]
@@ -54,14 +59,17 @@ async def test_chat_endpoint() -> None:
     async with sse_server(chunks=2) as srv:
         rec = await _send(_target(srv.port, endpoint="chat"), prompt="hello there")
         body = srv.bodies[0]
-    assert rec.error is None and rec.output_tokens == 2 and len(rec.token_times_s) == 2
+    assert rec.error is None
+    assert rec.output_tokens == 2
+    assert len(rec.token_times_s) == 2
     assert body["messages"] == [{"role": "user", "content": "hello there"}]
 
 
 async def test_missing_usage_falls_back_to_chunks() -> None:
     async with sse_server(mode="nousage", chunks=2) as srv:
         rec = await _send(_target(srv.port))
-    assert rec.error is None and rec.output_tokens == 2
+    assert rec.error is None
+    assert rec.output_tokens == 2
 
 
 @pytest.mark.parametrize(
@@ -71,20 +79,23 @@ async def test_missing_usage_falls_back_to_chunks() -> None:
 async def test_failures_by_kind(mode: str, kind: str) -> None:
     async with sse_server(mode=mode, chunks=4) as srv:
         rec = await _send(_target(srv.port, timeout_s=5.0))
-    assert rec.error == kind and rec.e2e_s is None
+    assert rec.error == kind
+    assert rec.e2e_s is None
 
 
 async def test_server_down() -> None:
     t = time.monotonic()
     rec = await _send(_target(closed_port(), timeout_s=5.0))
-    assert rec.error == "connect_error" and time.monotonic() - t < 2
+    assert rec.error == "connect_error"
+    assert time.monotonic() - t < 2
 
 
 async def test_stall_times_out() -> None:
     async with sse_server(mode="stall") as srv:
         t = time.monotonic()
         rec = await _send(_target(srv.port, timeout_s=0.3))
-    assert rec.error == "timeout" and 0.25 < time.monotonic() - t < 2
+    assert rec.error == "timeout"
+    assert 0.25 < time.monotonic() - t < 2
 
 
 def _payload(target: client.Target):
@@ -120,7 +131,8 @@ async def test_closed_loop_and_cap_limit_concurrency() -> None:
             _payload(target),
         )
     for out, cap in ((closed, 2), (capped, 3)):
-        assert len(out.records) == 8 and all(r.error is None for r in out.records)
+        assert len(out.records) == 8
+        assert all(r.error is None for r in out.records)
         assert peak_concurrency(out.records) <= cap
     assert max(r.send_s - r.intended_send_s for r in capped.records) > 0.04  # waited for cap
 
@@ -133,7 +145,8 @@ async def test_duration_bounds_the_run() -> None:
         t = time.monotonic()
         out = await run_load(specs, plan, target, _payload(target))
     assert time.monotonic() - t < 2
-    assert 25 <= len(out.records) <= 30 and not out.interrupted
+    assert 25 <= len(out.records) <= 30
+    assert not out.interrupted
 
 
 async def test_stop_keeps_measured_records() -> None:
@@ -146,4 +159,5 @@ async def test_stop_keeps_measured_records() -> None:
         t = time.monotonic()
         out = await run_load(specs, plan, target, _payload(target), stop=stop)
     assert time.monotonic() - t < 2
-    assert out.interrupted and [r.error for r in out.records] == ["cancelled"] * 3
+    assert out.interrupted
+    assert [r.error for r in out.records] == ["cancelled"] * 3

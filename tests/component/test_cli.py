@@ -40,8 +40,10 @@ def test_bad_config_is_rejected_before_anything_starts(tmp_path: Path, env: dict
     t0 = time.monotonic()
     out = run(["up", "--config", str(cfg)], env, timeout=60)
     assert out.returncode == 2
-    assert "engine.vllm.max_num_seqs" in out.stderr and "routing.polcy" in out.stderr
-    assert time.monotonic() - t0 < 30 and not (tmp_path / "home" / "state.json").exists()
+    assert "engine.vllm.max_num_seqs" in out.stderr
+    assert "routing.polcy" in out.stderr
+    assert time.monotonic() - t0 < 30
+    assert not (tmp_path / "home" / "state.json").exists()
 
 
 SIM_YAML = (
@@ -59,7 +61,7 @@ def _start(
     cfg = tmp_path / "sim.yaml"
     cfg.write_text(yaml_text)
     proc = subprocess.Popen(
-        LLMFLEET + ["up", "--config", str(cfg), "--engine", "sim", *args],
+        [*LLMFLEET, "up", "--config", str(cfg), "--engine", "sim", *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -96,7 +98,8 @@ def test_up_status_down(tmp_path: Path, env: dict[str, str]) -> None:
             timeout=60,
             json={"model": "smollm2-135m-instruct", "prompt": "hello", "max_tokens": 3},
         )
-        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+        assert r.status_code == 200
+        assert r.json()["usage"]["completion_tokens"] == 3
         deadline = time.monotonic() + 20
         while True:
             st = run(["status"], env)
@@ -104,10 +107,12 @@ def test_up_status_down(tmp_path: Path, env: dict[str, str]) -> None:
             if len(rows) == 2 or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        assert st.returncode == 0 and "LLMReplica" in st.stdout, st.stdout + st.stderr
+        assert st.returncode == 0, st.stdout + st.stderr
+        assert "LLMReplica" in st.stdout, st.stdout
         assert len(rows) == 2, st.stdout
         down = run(["down"], env)
-        assert down.returncode == 0 and "stopped" in down.stdout
+        assert down.returncode == 0
+        assert "stopped" in down.stdout
         proc.wait(timeout=60)
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{PORT}/health", timeout=3)
@@ -177,10 +182,7 @@ def test_up_autoscale_scales_1_to_n_to_1_under_bench_load(
         poll_until(lambda: seen[-1] == 1, 60)
         assert seen[-1] == 1, seen
         bench = subprocess.Popen(
-            LLMFLEET + ["bench", "--url", f"http://127.0.0.1:{port}", "--no-progress",
-                        "--dataset", f"random:input={prompt},output=8,spread=0",
-                        "--rate", str(rate), "--arrival", "constant", "--num-requests", str(n),
-                        "--duration", "15", "--timeout", "60", "--seed", "3", "--out", str(out)],
+            [*LLMFLEET, "bench", "--url", f"http://127.0.0.1:{port}", "--no-progress", "--dataset", f"random:input={prompt},output=8,spread=0", "--rate", str(rate), "--arrival", "constant", "--num-requests", str(n), "--duration", "15", "--timeout", "60", "--seed", "3", "--out", str(out)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         poll_until(lambda: bench.poll() is not None, 90)
@@ -189,7 +191,8 @@ def test_up_autoscale_scales_1_to_n_to_1_under_bench_load(
         poll_until(lambda: seen[-1] == 1, 60)
         peak = max((c or 0) for c in seen)
         result = json.loads(out.read_text())
-        assert result["requests"]["completed"] == n and result["requests"]["failed"] == 0
+        assert result["requests"]["completed"] == n
+        assert result["requests"]["failed"] == 0
         assert peak >= 2, seen
         assert seen[-1] == 1, seen
     finally:

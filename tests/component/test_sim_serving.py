@@ -72,7 +72,9 @@ def test_openai_client_streams_from_sim(sim_app: str) -> None:
     for chunk in stream:
         usage = chunk.usage or usage
         text += "".join(c.delta.content or "" for c in chunk.choices)
-    assert usage is not None and usage.completion_tokens == 12 and text
+    assert usage is not None
+    assert usage.completion_tokens == 12
+    assert text
 
 
 def test_shared_prefix_converges_on_one_replica(sim_app: str) -> None:
@@ -85,7 +87,7 @@ def test_shared_prefix_converges_on_one_replica(sim_app: str) -> None:
         if i > 0:  # every request after the first reuses the cached prefix
             assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == 512
     assert seen.most_common(1)[0][1] >= 7, seen  # and they converge on one replica
-    _, body = complete(prefix + [5, 6, 7])
+    _, body = complete([*prefix, 5, 6, 7])
     assert body["usage"]["prompt_tokens_details"]["cached_tokens"] >= 496
 
 

@@ -42,7 +42,7 @@ def sim_one(ray_session: None) -> Iterator[Any]:
                     "block_size": BLOCK,
                     "kv_capacity_tokens": 40000,
                 },
-            },  # fmt: skip
+            },
             "replicas": {"num_replicas": 1, "num_cpus": 0.1, "max_ongoing_requests": 64},
             "routing": {"policy": "prefix", "stats_period_s": 0.2},
         },
@@ -60,7 +60,8 @@ def _complete(ids: list[int], max_tokens: int = 8) -> None:
 
 def _wire(handle: Any, method: str = "stats") -> dict[str, float]:
     d = getattr(handle, method).remote().result(timeout_s=10)
-    assert all(isinstance(v, float) for v in d.values()) and d["version"] == STATS_VERSION
+    assert all(isinstance(v, float) for v in d.values())
+    assert d["version"] == STATS_VERSION
     return d
 
 
@@ -84,10 +85,12 @@ def test_sim_stats_reach_router_and_autoscaler_populated(sim_one: Any) -> None:
     # under load: queue, batch, KV and in-flight numbers moved; waiting prefill is uncached
     # work only: never more than the burst's whole prompts, and at least once (after the
     # scheduler looked the burst up) at most the burst's uncached suffixes
-    assert max(s.running for s in samples) > 0 and max(s.ongoing for s in samples) > 0
+    assert max(s.running for s in samples) > 0
+    assert max(s.ongoing for s in samples) > 0
     assert max(s.kv_usage for s in samples) > 0
     busy = [s.waiting_prefill_tokens for s in samples if s.ongoing > 0]
-    assert busy and max(busy) <= BURST * (PREFIX + SUFFIX)
+    assert busy
+    assert max(busy) <= BURST * (PREFIX + SUFFIX)
     assert min(busy) <= BURST * SUFFIX
 
     # after: exact cache accounting, measured rates and windows
@@ -95,11 +98,16 @@ def test_sim_stats_reach_router_and_autoscaler_populated(sim_one: Any) -> None:
     assert after.prefix_queries == 64 + PREFIX + BURST * (PREFIX + SUFFIX)
     uncached = (PREFIX + 64) + BURST * SUFFIX
     assert after.prefill_load_tokens_per_s == pytest.approx(uncached / BUSY_WINDOW_S)
-    assert after.prefill_tokens_per_s > 0 and after.decode_tokens_per_s > 0
-    assert after.ttft_p95_s > 0 and 0 < after.busy_fraction <= 1
-    assert after.steps > 0 and after.num_preemptions == 0
+    assert after.prefill_tokens_per_s > 0
+    assert after.decode_tokens_per_s > 0
+    assert after.ttft_p95_s > 0
+    assert 0 < after.busy_fraction <= 1
+    assert after.steps > 0
+    assert after.num_preemptions == 0
     assert (after.block_size, after.kv_capacity_tokens) == (BLOCK, 40000)
-    assert after.healthy and not after.draining and after.ongoing == 0
+    assert after.healthy
+    assert not after.draining
+    assert after.ongoing == 0
     assert after.waiting == after.running == after.waiting_prefill_tokens == 0
 
     # the same record through the router's and the autoscaler's channels
@@ -110,7 +118,9 @@ def test_sim_stats_reach_router_and_autoscaler_populated(sim_one: Any) -> None:
     assert (view.block_size, view.kv_capacity_tokens, view.healthy) == (BLOCK, 40000, True)
     assert view.prefill_tokens_per_s == routing.prefill_tokens_per_s > 0
     m = ReplicaMetrics.from_stats("r", auto)
-    assert m.prefill_load_tokens_per_s > 0 and m.busy_fraction > 0 and m.ttft_p95_s > 0
+    assert m.prefill_load_tokens_per_s > 0
+    assert m.busy_fraction > 0
+    assert m.ttft_p95_s > 0
     assert (m.prefix_hits, m.prefix_queries) == (auto.prefix_hits, auto.prefix_queries)
 
 
@@ -120,5 +130,6 @@ def test_status_rows_are_complete_wire_records(sim_one: Any) -> None:
     while not rows and time.monotonic() < deadline:
         rows = httpx.get(f"{TEST_URL}/fleet/status", timeout=10).json()["replicas"]
         time.sleep(0.5)
-    assert len(rows) == 1 and set(WIRE_FIELDS) <= set(rows[0])
+    assert len(rows) == 1
+    assert set(WIRE_FIELDS) <= set(rows[0])
     assert from_wire(rows[0]).healthy

@@ -33,7 +33,8 @@ def _handle() -> Any:
 
 def _stats(method: str = "stats") -> ReplicaStats:
     d = getattr(_handle(), method).remote().result(timeout_s=10)
-    assert all(isinstance(v, float) for v in d.values()) and d["version"] == STATS_VERSION
+    assert all(isinstance(v, float) for v in d.values())
+    assert d["version"] == STATS_VERSION
     return from_wire(d)  # strict: a missing field fails the test
 
 
@@ -46,7 +47,9 @@ def _complete(model: str, ids: list[int], max_tokens: int) -> None:
 def test_vllm_stats_uncached_backlog_rates_and_views(vllm_app: str) -> None:
     before = _stats()
     block = before.block_size
-    assert block > 0 and before.kv_capacity_tokens > 0 and before.healthy
+    assert block > 0
+    assert before.kv_capacity_tokens > 0
+    assert before.healthy
     rng = random.Random(23)
     prefix_len = block * -(-512 // block)  # whole blocks
     prefix = [rng.randrange(1000, 30000) for _ in range(prefix_len)]
@@ -67,27 +70,36 @@ def test_vllm_stats_uncached_backlog_rates_and_views(vllm_app: str) -> None:
     backlog = {int(s.waiting_prefill_tokens) for s in samples} - {0}
     assert len(prompt) - prefix_len in backlog, sorted(backlog)
     assert backlog <= {len(prompt), len(prompt) - prefix_len}, sorted(backlog)
-    assert max(s.running for s in samples) >= 1 and max(s.ongoing for s in samples) >= 1
+    assert max(s.running for s in samples) >= 1
+    assert max(s.ongoing for s in samples) >= 1
     assert max(s.kv_usage for s in samples) > 0
 
     # exact cache accounting; rates and windows measured
     assert after.prefix_hits - before.prefix_hits == prefix_len
     warm_len = prefix_len + WARM_SUFFIX
     assert after.prefix_queries - before.prefix_queries == warm_len + len(prompt)
-    assert after.decode_tokens_per_s > 0 and after.prefill_tokens_per_s > 0
+    assert after.decode_tokens_per_s > 0
+    assert after.prefill_tokens_per_s > 0
     load = after.prefill_load_tokens_per_s * WINDOW_S  # uncached tokens prefilled recently
     assert load >= SUFFIX - 1e-6  # the long prompt's first token is seconds old
     if elapsed < WINDOW_S:  # then both requests' first tokens are in the window
         assert load >= SUFFIX + warm_len - 1e-6
-    assert after.ttft_p95_s > 0 and 0 < after.busy_fraction <= 1
-    assert after.steps > before.steps and after.healthy and not after.draining
+    assert after.ttft_p95_s > 0
+    assert 0 < after.busy_fraction <= 1
+    assert after.steps > before.steps
+    assert after.healthy
+    assert not after.draining
     assert after.waiting_prefill_tokens == after.waiting == after.running == after.ongoing == 0
 
     # the router's and the autoscaler's channels carry the same record
     routing, auto = _stats("record_routing_stats"), _stats("record_autoscaling_stats")
     view = replica_view_from_stats("r", routing)
-    assert view.block_size == block and view.kv_capacity_tokens == after.kv_capacity_tokens
-    assert view.prefill_tokens_per_s > 0 and view.healthy
+    assert view.block_size == block
+    assert view.kv_capacity_tokens == after.kv_capacity_tokens
+    assert view.prefill_tokens_per_s > 0
+    assert view.healthy
     m = ReplicaMetrics.from_stats("r", auto)
-    assert m.prefill_load_tokens_per_s > 0 and m.busy_fraction > 0 and m.ttft_p95_s > 0
+    assert m.prefill_load_tokens_per_s > 0
+    assert m.busy_fraction > 0
+    assert m.ttft_p95_s > 0
     assert m.prefix_hits - before.prefix_hits == prefix_len

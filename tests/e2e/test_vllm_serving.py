@@ -22,7 +22,8 @@ def client(vllm_app: str) -> openai.OpenAI:
 def test_models_and_health(client: openai.OpenAI, vllm_app: str) -> None:
     assert [m.id for m in client.models.list().data] == [vllm_app]
     r = httpx.get(f"{TEST_URL}/health", timeout=10)
-    assert r.status_code == 200 and r.json()["healthy_replicas"] >= 1
+    assert r.status_code == 200
+    assert r.json()["healthy_replicas"] >= 1
 
 
 def test_greedy_chat_answer_is_sane(client: openai.OpenAI, vllm_app: str) -> None:
@@ -34,7 +35,8 @@ def test_greedy_chat_answer_is_sane(client: openai.OpenAI, vllm_app: str) -> Non
     )
     assert "Paris" in out.choices[0].message.content
     assert out.choices[0].finish_reason in ("stop", "length")
-    assert out.usage.prompt_tokens > 10 and 0 < out.usage.completion_tokens <= 24
+    assert out.usage.prompt_tokens > 10
+    assert 0 < out.usage.completion_tokens <= 24
 
 
 def test_streamed_chat_matches_non_streamed_and_usage(client: openai.OpenAI, vllm_app: str) -> None:
@@ -58,10 +60,10 @@ def test_streamed_chat_matches_non_streamed_and_usage(client: openai.OpenAI, vll
             parts.append(ch.delta.content or "")
             finish = ch.finish_reason or finish
     assert "".join(parts) == full.choices[0].message.content
-    assert usage is not None and usage.completion_tokens == full.usage.completion_tokens
-    assert (
-        usage.prompt_tokens == full.usage.prompt_tokens and finish == full.choices[0].finish_reason
-    )
+    assert usage is not None
+    assert usage.completion_tokens == full.usage.completion_tokens
+    assert usage.prompt_tokens == full.usage.prompt_tokens
+    assert finish == full.choices[0].finish_reason
 
 
 def test_completion_with_token_ids_and_length_finish(
@@ -71,7 +73,8 @@ def test_completion_with_token_ids_and_length_finish(
     out = client.completions.create(
         model=vllm_app, prompt=ids, max_tokens=6, temperature=0, extra_body={"ignore_eos": True}
     )
-    assert out.usage.prompt_tokens == len(ids) and out.usage.completion_tokens == 6
+    assert out.usage.prompt_tokens == len(ids)
+    assert out.usage.completion_tokens == 6
     assert out.choices[0].finish_reason == "length"
     text = client.completions.create(
         model=vllm_app,
@@ -142,7 +145,8 @@ def test_bad_input_gets_openai_error(
         r = post(path, body)
     assert r.status_code == status, r.text
     err = r.json()["error"]
-    assert err["code"] == code and set(err) == {"message", "type", "param", "code"}
+    assert err["code"] == code
+    assert set(err) == {"message", "type", "param", "code"}
     assert "Traceback" not in r.text
 
 

@@ -8,7 +8,8 @@ from cluster.config import parse_config
 def test_prefix_precise_wires_kv_events_to_engine_and_router() -> None:
     cfg = parse_config({"routing": {"policy": "prefix-precise"}})
     spec = engine_spec(cfg, "/models/x")
-    assert spec["type"] == "vllm" and spec["settings"]["kv_events_endpoint"] == KV_EVENTS_ENDPOINT
+    assert spec["type"] == "vllm"
+    assert spec["settings"]["kv_events_endpoint"] == KV_EVENTS_ENDPOINT
     rc = router_options(cfg, block_size=128)["request_router_config"]
     assert rc.request_router_kwargs["kv_events_endpoint_template"] == KV_EVENTS_ENDPOINT
     assert "{replica_id}" in KV_EVENTS_ENDPOINT
@@ -18,7 +19,8 @@ def test_default_prefix_policy_has_no_kv_events() -> None:
     cfg = parse_config({})
     assert "kv_events_endpoint" not in engine_spec(cfg, "/models/x")["settings"]
     kwargs = router_options(cfg, block_size=128)["request_router_config"].request_router_kwargs
-    assert kwargs["policy"] == "prefix" and "kv_events_endpoint_template" not in kwargs
+    assert kwargs["policy"] == "prefix"
+    assert "kv_events_endpoint_template" not in kwargs
 
 
 def test_ray_p2c_uses_serve_default_router_and_faults_are_opt_in() -> None:
@@ -27,7 +29,8 @@ def test_ray_p2c_uses_serve_default_router_and_faults_are_opt_in() -> None:
     )
     assert router_options(cfg, block_size=16) == {}
     spec = engine_spec(cfg, "/models/x")
-    assert spec["type"] == "sim" and spec["faults"] == {"fail_after_tokens": 3}
+    assert spec["type"] == "sim"
+    assert spec["faults"] == {"fail_after_tokens": 3}
 
 
 def test_sim_batch_limits_default_to_the_hardware_profile() -> None:

@@ -126,7 +126,8 @@ def test_delay_state_says_what_is_pending() -> None:
     _, state = policy.decide(snap(3.0, 2, ongoing(2, 20)), cfg, policy.initial_state())
     assert state == RayDelayState(direction=1, since=3.0)
     desired, state = policy.decide(snap(8.0, 2, ongoing(2, 20)), cfg, state)
-    assert desired == 5 and state == RayDelayState()  # moved: nothing pending
+    assert desired == 5
+    assert state == RayDelayState()
 
 
 def test_each_policy_rejects_params_it_does_not_read() -> None:

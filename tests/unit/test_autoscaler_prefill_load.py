@@ -27,15 +27,18 @@ def test_reported_load_wins_and_counters_give_a_windowed_slope() -> None:
         loads, state = prefill_loads(MetricsSnapshot(t, 2, reps), state, window_s=5.0)
         seen.append(loads["a"])
     assert loads["b"] == 321.0
-    assert seen[0] == 0.0 and seen[49] == 0.0  # no estimate before the first full window
+    assert seen[0] == 0.0
+    assert seen[49] == 0.0
     assert all(v == pytest.approx(800.0, rel=0.05) for v in seen[50:])
-    assert set(state) == {"a"} and state["a"].load == pytest.approx(800.0, rel=0.05)
+    assert set(state) == {"a"}
+    assert state["a"].load == pytest.approx(800.0, rel=0.05)
 
 
 def test_counter_reset_and_departed_replicas() -> None:
     old = {"gone": CounterBaseline(0.0, 5.0, 9.0), "a": CounterBaseline(0.0, 10_000.0, 700.0)}
     loads, state = prefill_loads(MetricsSnapshot(6.0, 1, (counters("a", 50.0),)), old)
-    assert loads == {"a": 0.0} and state == {"a": CounterBaseline(6.0, 50.0, 0.0)}  # restarted
+    assert loads == {"a": 0.0}
+    assert state == {"a": CounterBaseline(6.0, 50.0, 0.0)}
 
 
 def test_ttft_policy_keeps_replicas_that_counters_show_busy() -> None:

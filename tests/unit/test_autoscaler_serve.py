@@ -71,11 +71,16 @@ def fake_ctx(**overrides: Any) -> SimpleNamespace:
 
 def test_context_becomes_replica_major_snapshot() -> None:
     s = snapshot_from_context(fake_ctx())
-    assert s.now == 1000.0 and s.current_replicas == 3 and s.pending_requests == 1.0
+    assert s.now == 1000.0
+    assert s.current_replicas == 3
+    assert s.pending_requests == 1.0
     a, b = s.replicas
     assert (a.replica_id, b.replica_id) == ("a", "b")
-    assert a.waiting_prefill_tokens == 5600.0 and a.queue_delay_s == 5.6 and a.kv_usage == 0.5
-    assert b.prefill_tokens_per_s == 1200.0 and b.queue_delay_s == 0.0
+    assert a.waiting_prefill_tokens == 5600.0
+    assert a.queue_delay_s == 5.6
+    assert a.kv_usage == 0.5
+    assert b.prefill_tokens_per_s == 1200.0
+    assert b.queue_delay_s == 0.0
     assert (a.ongoing, b.ongoing) == (7.0, 2.0)  # Serve's running_requests as ongoing
     assert (a.prefix_queries, a.prefix_hits) == (9000.0, 4000.0)
 
@@ -90,12 +95,15 @@ def test_context_edge_cases() -> None:
         current_time=None,
     )
     s = snapshot_from_context(ctx)
-    assert s.replicas == () and s.pending_requests == 4.0 and s.now > 0
+    assert s.replicas == ()
+    assert s.pending_requests == 4.0
+    assert s.now > 0
     own = fake_ctx(aggregated_metrics=metric_major({A: ReplicaStats(ongoing=3.0)}))
     assert snapshot_from_context(own).replicas[0].ongoing == 3.0  # no running_requests
     early = fake_ctx(aggregated_metrics={"running_requests": {A: 2.0}})  # no report yet
     (m,) = snapshot_from_context(early).replicas
-    assert m.ongoing == 2.0 and m.waiting_prefill_tokens == 0.0
+    assert m.ongoing == 2.0
+    assert m.waiting_prefill_tokens == 0.0
 
 
 def test_policy_class_decides_and_filters_serve_state() -> None:
@@ -103,11 +111,12 @@ def test_policy_class_decides_and_filters_serve_state() -> None:
     ctx = fake_ctx(policy_state={"__decision_counters": 3, "rate": 900.0})
     desired, state = policy(ctx)
     assert desired == 4  # 5.6 s of queued prefill / (0.7 * 2 s)
-    assert "__decision_counters" not in state and state["rate"] == 1100.0
+    assert "__decision_counters" not in state
+    assert state["rate"] == 1100.0
     assert state_from_serve(policy.policy, state).last_up_at == 1000.0
     capped = fake_ctx(capacity_adjusted_max_replicas=2)  # target_capacity respected
     assert policy(capped)[0] == 2  # target 3 > capacity-adjusted max 2: back to bounds
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"unknown autoscaling policy"):
         ServeScalingPolicy(policy="nope")
     with pytest.raises(ValueError, match="known"):  # a typo fails when Serve builds it
         ServeScalingPolicy(config={"params": {"headrooom": 0.5}})
@@ -126,16 +135,18 @@ def test_build_config_per_policy() -> None:
     )
     ray_default = build_autoscaling_config("ongoing-requests", cfg)
     assert ray_default.policy.is_default_policy_function()
-    assert ray_default.target_ongoing_requests == 4 and ray_default.upscale_delay_s == 3.0
+    assert ray_default.target_ongoing_requests == 4
+    assert ray_default.upscale_delay_s == 3.0
     assert ray_default.downscale_delay_s == 30.0  # RayDelayParams' default
     cfg = ScalingConfig(min_replicas=1, max_replicas=6)
     for name in ("ttft-queue", "utilization", "none"):
         ac = build_autoscaling_config(name, cfg, metrics_interval_s=0.5, look_back_period_s=2.0)
         assert (ac.min_replicas, ac.max_replicas, ac.look_back_period_s) == (1, 6, 2.0)
-        assert ac.upscale_delay_s == 0.0 and ac.downscale_delay_s == 0.0
+        assert ac.upscale_delay_s == 0.0
+        assert ac.downscale_delay_s == 0.0
         assert ac.policy.policy_kwargs["policy"] == name
         assert ac.policy.get_policy() is ServeScalingPolicy
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"unknown autoscaling policy"):
         build_autoscaling_config("gpu", cfg)
     with pytest.raises(ValueError, match="tolerance"):  # another policy's knob
         build_autoscaling_config("ttft-queue", ScalingConfig(params={"tolerance": 0.1}))
@@ -179,17 +190,21 @@ def test_runs_inside_rays_own_policy_wrapper() -> None:
 
     desired, state = policy(ctx(100.0, {}))
     assert desired == 5  # ceil(7 s / 1.4 s), applied at once (Ray delays are 0)
-    assert state["last_up_at"] == 100.0 and "__decision_counters" in state
+    assert state["last_up_at"] == 100.0
+    assert "__decision_counters" in state
     desired, state = policy(ctx(101.0, state))  # Serve's dict back in: the state carries on
-    assert desired == 1 and state["settling"] is True  # (fresh state: 5 again) ...
-    assert state["prev_t"] == 101.0 and state["last_up_at"] == 100.0  # ... after an up-move
+    assert desired == 1
+    assert state["settling"] is True
+    assert state["prev_t"] == 101.0
+    assert state["last_up_at"] == 100.0
 
 
 def test_params_reach_the_policy_in_the_config_serve_pickles() -> None:
     params = {"downscale_stable_s": 3, "burst_hold_s": 30.0}
     ac = build_autoscaling_config("ttft-queue", ScalingConfig(max_replicas=3, params=params))
     sent = ac.policy.policy_kwargs["config"]
-    assert sent["params"] == params and "downscale_stable_s" not in sent
+    assert sent["params"] == params
+    assert "downscale_stable_s" not in sent
 
 
 def _busy_states() -> list[object]:
@@ -214,8 +229,11 @@ def _busy_states() -> list[object]:
 def test_state_round_trips_through_serves_dict() -> None:
     states = _busy_states()
     ttft = states[0]
-    assert isinstance(ttft, TTFTQueueState) and ttft.bursts and ttft.counters
-    assert ttft.last_up_at is not None and ttft.reason
+    assert isinstance(ttft, TTFTQueueState)
+    assert ttft.bursts
+    assert ttft.counters
+    assert ttft.last_up_at is not None
+    assert ttft.reason
     for name, state in zip(POLICY_NAMES, states, strict=True):
         data = state_to_serve(state)
         assert not any(k.startswith("__") for k in data)

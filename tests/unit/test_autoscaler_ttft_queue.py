@@ -85,7 +85,8 @@ def test_rate_term_scales_before_a_queue_forms() -> None:
     # 3 replicas each prefilling 950 tok/s of 1000: 2.85 replica-equivalents / 0.9 -> 4
     hot = [rep(i, 0, prefill_load_tokens_per_s=950.0) for i in range(3)]
     out, state = run([snap(t, 3, hot) for t in (0.0, 5.0, 10.0)])
-    assert out == [4, 4, 4] and state.arrival == pytest.approx(2.85)
+    assert out == [4, 4, 4]
+    assert state.arrival == pytest.approx(2.85)
     # 2 replicas at 0.85 prefill utilisation, queues growing by 0.1 s of work per second each:
     # the backlog term stays at 2 (2 s / 1.4 s), arrivals ~1.9 replica-equivalents -> 3
     growing = [
@@ -93,7 +94,8 @@ def test_rate_term_scales_before_a_queue_forms() -> None:
         for t in range(0, 11)
     ]
     desired, state = run(growing)
-    assert desired[0] == 2 and desired[-1] == 3
+    assert desired[0] == 2
+    assert desired[-1] == 3
     assert state.arrival == pytest.approx(1.9, abs=0.05)
 
 
@@ -255,7 +257,8 @@ def test_burst_reserve_releases_a_level_shift_once_the_rate_settles_there() -> N
     calm = [(float(t), 0.5) for t in range(0, 10)]
     step = [(float(t), 4.0) for t in range(10, 200)]  # the rate jumps and stays
     out, state = _follow([*calm, *step], cfg, 2, S0)
-    assert out[0] == 2 and max(out) == 8  # the jump looks like a burst when it starts
+    assert out[0] == 2
+    assert max(out) == 8
     assert state.slow > 0.6 * 4.0  # ... until the level rate reaches 0.6 x the peak
     # released: back down to the calm load well before burst_hold_s, unlike a burst
     after, _ = _follow([(float(t), 0.5) for t in range(200, 300)], cfg, out[-1], state)
@@ -274,7 +277,7 @@ def test_held_burst_keeps_only_peaks_the_level_rate_stayed_far_below() -> None:
 def test_knobs_arrive_only_as_typed_params() -> None:
     check_params("ttft-queue", {"burst_hold_s": 900, "max_downscale_step": 2, "headroom": 0.5})
     for removed in ("peak_hold_s", "surge_hold_s", "pending_request_tokens", "ttft_slo_s"):
-        with pytest.raises(ValueError, match="known: .*boot_s") as err:
+        with pytest.raises(ValueError, match=r"known: .*boot_s") as err:
             check_params("ttft-queue", {removed: 1.0})
         assert removed in str(err.value)
     strict = ScalingConfig(params={"headroom": 0.35})  # halves the budget: 5.6 s / 0.7 s
@@ -283,6 +286,9 @@ def test_knobs_arrive_only_as_typed_params() -> None:
 
 def test_decide_returns_new_state_and_leaves_the_old_one() -> None:
     desired, state = POLICY.decide(snap(5.0, 1, [rep(0, 5600)]), CFG, S0)
-    assert TTFTQueueState() == S0 and state is not S0
+    assert TTFTQueueState() == S0
+    assert state is not S0
     assert (desired, state.last_up_at, state.last_scale_at, state.settling) == (4, 5.0, 5.0, True)
-    assert state.prev_t == 5.0 and state.prev_work_s == pytest.approx(5.6) and state.rate == 1000
+    assert state.prev_t == 5.0
+    assert state.prev_work_s == pytest.approx(5.6)
+    assert state.rate == 1000

@@ -65,8 +65,10 @@ def test_goal_check_compares_with_the_cheapest_baseline_reaching_our_attainment(
     ours = _row("ttft-queue", 0.995, 70.0)
     base = [_row("a", 0.999, 100.0, "t1"), _row("a", 0.991, 90.0, "t2"), _row("b", 0.9, 10.0)]
     g = goal_check(ours, base)
-    assert g["reference"] == "a t2" and g["cost_ratio"] == pytest.approx(70 / 90)
-    assert g["attainment_ok"] and g["cost_ok"] is True
+    assert g["reference"] == "a t2"
+    assert g["cost_ratio"] == pytest.approx(70 / 90)
+    assert g["attainment_ok"]
+    assert g["cost_ok"] is True
     assert goal_check(_row("ttft-queue", 0.995, 80.0), base)["cost_ok"] is False
     assert goal_check(_row("x", 0.5, 1.0), [_row("a", 0.4, 5.0)])["reference"] is None
     runs = [{"row": r} for r in base]
@@ -78,7 +80,8 @@ def test_step_arrivals_follow_the_rates() -> None:
     load = StepLoad(rate=2.0, factor=4.0, phases=(500.0, 500.0, 500.0))
     t = step_arrivals(load, random.Random(1))
     counts = [sum(1 for x in t if 500 * k <= x < 500 * (k + 1)) for k in range(3)]
-    assert counts[0] == pytest.approx(1000, rel=0.1) and counts[2] == pytest.approx(1000, rel=0.1)
+    assert counts[0] == pytest.approx(1000, rel=0.1)
+    assert counts[2] == pytest.approx(1000, rel=0.1)
     assert counts[1] == pytest.approx(4000, rel=0.06)
     specs = step_specs(StepLoad(1.0, phases=(5.0, 5.0, 5.0)), [(100, 10)], length_scale=0.5)
     assert all(len(s.prompt_token_ids) == 50 and s.output_tokens == 5 for s in specs)
@@ -94,7 +97,7 @@ class _Echo:
     def initial_state(self) -> None:
         return None
 
-    def decide(self, s: MetricsSnapshot, c: ScalingConfig, st: None) -> tuple[int, None]:
+    def decide(self, s: MetricsSnapshot, _c: ScalingConfig, st: None) -> tuple[int, None]:
         self.seen.append(s.replicas[0].busy_fraction)
         return s.current_replicas + 1, st
 
@@ -115,7 +118,8 @@ def test_look_back_recorder_averages_per_replica_and_records() -> None:
 def test_variant_splits_config_fields_from_params() -> None:
     overrides = {"target_ongoing_requests": 2.0, "upscale_delay_s": 2.0}
     cfg = Variant("ongoing-requests", "x", overrides).scaling(1, 9)
-    assert cfg.target_ongoing_requests == 2.0 and dict(cfg.params) == {"upscale_delay_s": 2.0}
+    assert cfg.target_ongoing_requests == 2.0
+    assert dict(cfg.params) == {"upscale_delay_s": 2.0}
     assert (cfg.min_replicas, cfg.max_replicas) == (1, 9)
 
 
@@ -123,7 +127,8 @@ def test_ttft_buckets_take_p95_of_each_bucket_and_skip_failures() -> None:
     recs = [RequestRecord(i, i * 0.1, i * 0.1, ttft_s=0.01 * i) for i in range(100)]
     recs.append(RequestRecord(100, 1.0, 1.0, error="timeout"))
     xs, ys = ttft_buckets(recs, 5.0)
-    assert xs == [2.5, 7.5] and ys == pytest.approx([0.47, 0.97])
+    assert xs == [2.5, 7.5]
+    assert ys == pytest.approx([0.47, 0.97])
 
 
 def test_tiny_virtual_time_run_scales_up_on_a_step() -> None:
@@ -137,8 +142,10 @@ def test_tiny_virtual_time_run_scales_up_on_a_step() -> None:
     row = card(
         run.summary, run.samples, end_s=run.end_s, step_t=60.0, exact_replica_s=run.replica_s
     )
-    assert row["failed"] == 0 and row["peak_replicas"] >= 2
-    assert row["react_s"] is not None and row["react_s"] < 30.0
+    assert row["failed"] == 0
+    assert row["peak_replicas"] >= 2
+    assert row["react_s"] is not None
+    assert row["react_s"] < 30.0
 
 
 def test_queue_buckets_keep_the_worst_sample() -> None:
@@ -163,8 +170,10 @@ def test_live_model_run_keeps_the_clock_going_for_the_tail_without_counting_the_
     specs = step_specs(StepLoad(1.0, phases=(5.0, 5.0, 5.0)), [(200, 10)], seed=3)
     last = max(float(s.arrival_s or 0.0) for s in specs)
     run = run_sim(specs, "ttft-queue", ScalingConfig(1, 6), LIVE_MODEL, tail_s=20.0)
-    assert len(run.records) == len(specs) and run.summary["requests"]["total"] == len(specs)
-    assert run.end_s >= last + 20.0 and run.samples[-1].t >= last + 19.0
+    assert len(run.records) == len(specs)
+    assert run.summary["requests"]["total"] == len(specs)
+    assert run.end_s >= last + 20.0
+    assert run.samples[-1].t >= last + 19.0
 
 
 def test_live_workloads_include_a_step_that_needs_two_replicas() -> None:
@@ -172,7 +181,8 @@ def test_live_workloads_include_a_step_that_needs_two_replicas() -> None:
 
     assert WORKLOADS["live"] == WORKLOADS["livesim"] == ("step", "azure", "step-heavy")
     specs, load = workload("live", "step-heavy")
-    assert load is LIVE_STEP_HEAVY and load.rate * load.factor == 10.0
+    assert load is LIVE_STEP_HEAVY
+    assert load.rate * load.factor == 10.0
     low, high, tail = LIVE_STEP_HEAVY.phases
     sent = [s.arrival_s or 0.0 for s in specs]
     assert max(sent) < low + high + tail
@@ -194,7 +204,8 @@ def test_floor_applies_to_every_autoscaled_variant_and_drops_smaller_fixed_fleet
     scaled = [v for v in floored if v.policy != "static"]
     assert len(scaled) == len([v for v in base if v.policy != "static"])
     for v in scaled:
-        assert v.tuning.endswith(", floor 2") and v.scaling(1, 6).min_replicas == 2
+        assert v.tuning.endswith(", floor 2")
+        assert v.scaling(1, 6).min_replicas == 2
     ours = next(v for v in scaled if v.policy == "ttft-queue")
     assert (
         ours.scaling(1, 6).params
@@ -209,7 +220,9 @@ def test_live_variant_floor_is_the_deployments_min_replicas_not_a_policy_param()
     overrides = {"min_replicas": 2, "target_ongoing_requests": 2.0, "upscale_delay_s": 2.0}
     setup, params, top = split_overrides(LiveSetup(), overrides)
     assert setup.min_replicas == 2
-    assert params == {"upscale_delay_s": 2.0} and top == {"target_ongoing_requests": 2.0}
+    assert params == {"upscale_delay_s": 2.0}
+    assert top == {"target_ongoing_requests": 2.0}
     cfg = parse_config(fleet_config("ongoing-requests", setup, params, top))
-    assert cfg.autoscaling.min_replicas == 2 and cfg.replicas.num_replicas == 2
+    assert cfg.autoscaling.min_replicas == 2
+    assert cfg.replicas.num_replicas == 2
     assert split_overrides(LiveSetup(), {})[0].min_replicas == 1

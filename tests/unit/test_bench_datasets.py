@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from collections import Counter
@@ -25,7 +26,8 @@ def test_shared_prefix_groups_share_exactly_system_tokens() -> None:
     assert len(specs) == 12
     assert sorted(s.group for s in specs) == [0] * 4 + [1] * 4 + [2] * 4
     for a in specs:
-        assert len(a.prompt_token_ids) == 48 and a.output_tokens == 5
+        assert len(a.prompt_token_ids) == 48
+        assert a.output_tokens == 5
         for b in specs:
             if a.index == b.index:
                 continue
@@ -34,20 +36,23 @@ def test_shared_prefix_groups_share_exactly_system_tokens() -> None:
                 assert 40 <= shared < 48  # the system prompt, plus at most a chance match
                 assert a.prompt_token_ids[:40] == b.prompt_token_ids[:40]
             else:
-                assert shared < 40 and a.prompt_token_ids[:40] != b.prompt_token_ids[:40]
+                assert shared < 40
+                assert a.prompt_token_ids[:40] != b.prompt_token_ids[:40]
 
 
 def test_shared_prefix_defaults_and_num_requests() -> None:
     assert len(build_requests("shared-prefix")) == 64
     specs = build_requests("shared-prefix", num_requests=10)
-    assert len(specs) == 10 and [s.index for s in specs] == list(range(10))
+    assert len(specs) == 10
+    assert [s.index for s in specs] == list(range(10))
 
 
 def test_datasets_are_seeded_and_fallback_vocab() -> None:
     a = build_requests("random:input=30,output=4", num_requests=5, seed=1)
     b = build_requests("random:input=30,output=4", num_requests=5, seed=1)
     c = build_requests("random:input=30,output=4", num_requests=5, seed=2)
-    assert a == b and a != c
+    assert a == b
+    assert a != c
     assert all(FALLBACK_LO <= t < FALLBACK_HI for s in a for t in s.prompt_token_ids)
 
 
@@ -78,7 +83,7 @@ def test_multi_turn_prompt_extends_previous_turn() -> None:
         by_session.setdefault(s.session_id, []).append(s)
     for turns in by_session.values():
         assert [len(t.prompt_token_ids) for t in turns] == [25, 37, 49]
-        for prev, nxt in zip(turns, turns[1:], strict=False):
+        for prev, nxt in itertools.pairwise(turns):
             assert nxt.prompt_token_ids[: len(prev.prompt_token_ids)] == prev.prompt_token_ids
 
 
@@ -122,13 +127,18 @@ def test_real_traces_truncate_and_order() -> None:
     )
     for specs in (mc, az):
         times = [s.arrival_s for s in specs]
-        assert len(specs) == 30 and times[0] == 0.0 and times == sorted(times)
+        assert len(specs) == 30
+        assert times[0] == 0.0
+        assert times == sorted(times)
     assert az[1].arrival_s == pytest.approx(2 * 0.052, abs=1e-6)  # 18:17:03.97996 → 04.03196
 
 
 def test_bad_specs_rejected() -> None:
     for bad in ("nope", "random:bogus=1", "mooncake", "shared-prefix:groups"):
-        with pytest.raises(ValueError):
+        with pytest.raises(
+            ValueError,
+            match=r"unknown dataset|bad random parameter|needs a path|bad shared-prefix parameter",
+        ):
             parse_spec(bad)
 
 

@@ -40,9 +40,10 @@ def _rec(
 
 def test_parse_slo() -> None:
     assert parse_slo("ttft_ms=500,tpot_ms=50") == {"ttft_ms": 500.0, "tpot_ms": 50.0}
-    assert parse_slo(None) == {} and parse_slo("") == {}
+    assert parse_slo(None) == {}
+    assert parse_slo("") == {}
     for bad in ("ttft=5", "ttft_ms", "ttft_ms=-1", "e2e_ms=abc"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"SLO|could not convert"):
             parse_slo(bad)
 
 
@@ -86,7 +87,8 @@ def test_latency_metrics_from_usage_not_chunks() -> None:
     assert res["ttft_ms"]["p50"] == pytest.approx(200)
     assert res["e2e_ms"]["p99"] == pytest.approx(800)
     assert res["tpot_ms"]["mean"] == pytest.approx(100)  # (800-200)/(7-1)
-    assert res["itl_ms"]["count"] == 2 and res["itl_ms"]["p50"] == pytest.approx(300)
+    assert res["itl_ms"]["count"] == 2
+    assert res["itl_ms"]["p50"] == pytest.approx(300)
     assert res["tokens"]["output"] == 7
 
 
@@ -132,7 +134,8 @@ def test_write_results_json_and_jsonl(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "sub" / "run.jsonl").read_text().splitlines()]
     assert [r["error"] for r in rows] == [None, "stream_cut"]
     assert rows[0]["ttft_ms"] == pytest.approx(100)
-    assert "P95" not in console.format_result(res) and "ttft_ms" in console.format_result(res)
+    assert "P95" not in console.format_result(res)
+    assert "ttft_ms" in console.format_result(res)
 
 
 def test_plots_write_pngs(tmp_path: Path) -> None:

@@ -116,7 +116,8 @@ def test_policy_row_from_summarized_records() -> None:
     assert r.goodput_req_s == pytest.approx(0.2)  # two of five meet 250 ms
     assert r.slo_attainment == pytest.approx(0.4)
     assert r.imbalance == pytest.approx(6.0 / 5.0)  # r0: 1+3, r1: 2+4 -> 4 vs 6
-    assert r.with_imbalance(2.5).imbalance == 2.5 and r.with_imbalance(None) is r
+    assert r.with_imbalance(2.5).imbalance == 2.5
+    assert r.with_imbalance(None) is r
 
 
 def test_p95_ratio_and_goals_on_shared_prefix() -> None:
@@ -159,12 +160,15 @@ def test_missing_p95_gives_unmeasurable_goal() -> None:
 def test_markdown_table_and_scenario_result() -> None:
     rows = [row("prefix", 1234.4, hit=0.5), row("ray-p2c", 5000.0, hit=0.1, imb=None)]
     text = markdown_table("demo", rows, goals(rows, True))
-    assert "| prefix | 1 / 1,234 / 2 |" in text and "50.0 %" in text
-    assert "| ray-p2c |" in text and "| – |" in text
+    assert "| prefix | 1 / 1,234 / 2 |" in text
+    assert "50.0 %" in text
+    assert "| ray-p2c |" in text
+    assert "| – |" in text
     assert "p95_ttft_prefix_over_ray-p2c: 0.247 (target ≤ 0.3) — met" in text
     res = scenario_result("s", "d", {"k": 1}, rows, shared_prefix=True)
     assert [p["policy"] for p in res["policies"]] == ["prefix", "ray-p2c"]
-    assert res["goals"][0]["met"] is True and res["setup"] == {"k": 1}
+    assert res["goals"][0]["met"] is True
+    assert res["setup"] == {"k": 1}
     json.dumps(res)
 
 
@@ -178,12 +182,14 @@ def test_warmup_split_and_whole_run_column() -> None:
     p2c = replace(row("ray-p2c", 1000.0), ttft_p95_whole_ms=2000.0)
     text = markdown_table("t", [ours, ray, p2c], goals([ours, ray, p2c], True))
     assert "TTFT p95 whole run (ms)" in text
-    assert "| 400 |" in text and "| 2,000 |" in text
+    assert "| 400 |" in text
+    assert "| 2,000 |" in text
     assert "p95_ttft_prefix_over_ray-prefix: 0.333 (target ≤ 0.5) — met" in text  # steady rows
     assert "whole run (cold start included): p95 prefix / ray-prefix = 0.800" in text
     assert "whole run (cold start included): p95 prefix / ray-p2c = 0.200" in text
     plain = markdown_table("t", [row("prefix", 1.0)], [])
-    assert "whole run" not in plain and plain.splitlines()[3].count("---") == 9
+    assert "whole run" not in plain
+    assert plain.splitlines()[3].count("---") == 9
 
 
 def test_merge_scenarios_replaces_by_name_sim_first() -> None:
@@ -206,7 +212,8 @@ def test_write_outputs_keeps_other_modes(tmp_path: Path) -> None:
         s["scenario"] for s in json.loads((tmp_path / "summary.json").read_text())["scenarios"]
     ]
     assert names == ["sim-x", "live-sim-y"]
-    assert "### sim-x" in table and "### live-sim-y" in table
+    assert "### sim-x" in table
+    assert "### live-sim-y" in table
     assert (tmp_path / "router_compare.png").stat().st_size > 0
 
 
@@ -231,7 +238,8 @@ def test_routed_payload_exposes_prompt_for_ray_routers() -> None:
     view = RequestView("r1", "m", (5, 17, 3), (), 4)
     payload = RoutedPayload(request={"prompt_token_ids": [5, 17, 3]}, view=view)
     assert payload.prompt == "5 17 3" == prompt_text((5, 17, 3))
-    assert payload["view"] is view and isinstance(payload, dict)
+    assert payload["view"] is view
+    assert isinstance(payload, dict)
     assert RoutedPayload(request={"prompt_token_ids": [1, 2]}).prompt == "1 2"
     assert not hasattr(payload, "messages")
 
@@ -265,7 +273,8 @@ def test_spread_weight_sends_new_prefixes_to_the_emptiest_replica() -> None:
     views = [_view("a", 1000.0), _view("b", 1000.0)]
     policy.observe(Routed(_request("old", tuple(range(800))), "a", 0.0))  # a holds 50 blocks
     decision = policy.choose(_request("new", tuple(range(5000, 5640))), views)
-    assert decision.replica_id == "b" and decision.reason == "fallback"
+    assert decision.replica_id == "b"
+    assert decision.reason == "fallback"
     off = make_policy("prefix", block_size=16, config={"weights": {"spread": 0.0, "share": 0.0}})
     off.observe(Routed(_request("old", tuple(range(800))), "a", 0.0))
     scores = off.choose(_request("new", tuple(range(5000, 5640))), views).scores
@@ -288,12 +297,13 @@ def test_rerun_of_one_policy_keeps_the_other_rows_from_the_saved_run() -> None:
 
 def test_median_run_keeps_every_seed_and_pairs_ratios_by_seed() -> None:
     ours = median_run([row("prefix", 500.0), row("prefix", 400.0), row("prefix", 450.0)], (0, 1, 2))
-    assert ours.ttft_p95_ms == 450.0 and ours.runs == ((0, 500.0), (1, 400.0), (2, 450.0))
+    assert ours.ttft_p95_ms == 450.0
+    assert ours.runs == ((0, 500.0), (1, 400.0), (2, 450.0))
     ray = median_run([row("ray-prefix", 800.0), row("ray-prefix", 1000.0)], (0, 1))
     assert ray.ttft_p95_ms == 800.0  # the lower median for an even count
     single = row("prefix", 300.0)
     assert median_run([single], (7,)) is single
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"one row per seed"):
         median_run([single], (0, 1))
     result = scenario_result("live-sim-x", "d", {}, [ours, ray], shared_prefix=True)
     md = result["markdown"]
@@ -302,7 +312,8 @@ def test_median_run_keeps_every_seed_and_pairs_ratios_by_seed() -> None:
     assert "per seed: 0.625, 0.400; median 0.512" in md
     back = json.loads(json.dumps(result))  # runs survive the summary round trip
     rows, _ = with_earlier_rows([], back, ("prefix", "ray-prefix"))
-    assert rows[0].ttft_p95_ms == 450.0 and dict(rows[0].runs or ()) == {
+    assert rows[0].ttft_p95_ms == 450.0
+    assert dict(rows[0].runs or ()) == {
         0: 500.0,
         1: 400.0,
         2: 450.0,

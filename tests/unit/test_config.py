@@ -7,7 +7,8 @@ from cluster.config import ConfigError, FleetConfig, load_config, parse_config
 
 def test_defaults_are_valid_and_round_trip(tmp_path: Path) -> None:
     cfg = FleetConfig()
-    assert cfg.engine.type == "vllm" and cfg.server.host == "127.0.0.1"
+    assert cfg.engine.type == "vllm"
+    assert cfg.server.host == "127.0.0.1"
     path = tmp_path / "c.yaml"
     path.write_text(cfg.to_yaml())
     assert load_config(path) == cfg
@@ -23,9 +24,9 @@ def test_bad_value_names_path_and_reason() -> None:
     with pytest.raises(ConfigError) as err:
         parse_config({"replicas": {"num_replicas": -1}, "server": {"port": 70000}})
     msg = str(err.value)
-    assert (
-        "replicas.num_replicas" in msg and "server.port" in msg and "greater than or equal" in msg
-    )
+    assert "replicas.num_replicas" in msg
+    assert "server.port" in msg
+    assert "greater than or equal" in msg
 
 
 def test_autoscaling_bounds_checked() -> None:
@@ -34,7 +35,7 @@ def test_autoscaling_bounds_checked() -> None:
 
 
 def test_engine_type_is_restricted() -> None:
-    with pytest.raises(ConfigError, match="engine.type"):
+    with pytest.raises(ConfigError, match=r"engine\.type"):
         parse_config({"engine": {"type": "tgi"}})
 
 
@@ -96,14 +97,17 @@ def test_up_flags_override_the_config() -> None:
     )
     cfg = _overrides(FleetConfig(), args)
     assert (cfg.engine.type, cfg.replicas.num_replicas, cfg.server.port) == ("sim", 3, 9000)
-    assert cfg.routing.policy == "p2c" and cfg.autoscaling.enabled is False
+    assert cfg.routing.policy == "p2c"
+    assert cfg.autoscaling.enabled is False
 
 
 def test_autoscaling_params_the_policy_does_not_read_are_rejected() -> None:
     with pytest.raises(ConfigError) as err:
         parse_config({"autoscaling": {"policy": "ttft-queue", "params": {"up_utilisation": 0.9}}})
     msg = str(err.value)
-    assert "autoscaling" in msg and "up_utilisation" in msg and "up_utilization" in msg
+    assert "autoscaling" in msg
+    assert "up_utilisation" in msg
+    assert "up_utilization" in msg
     with pytest.raises(ConfigError, match="min_replicas"):  # a section field, not a knob
         parse_config({"autoscaling": {"params": {"min_replicas": 2}}})
     with pytest.raises(ConfigError, match="tolerance"):  # utilization's knob, not Ray's rule's

@@ -42,11 +42,14 @@ FULL = ReplicaStats(
 
 def test_round_trip_keeps_every_field_and_types() -> None:
     d = FULL.to_wire()
-    assert set(d) == {*WIRE_FIELDS, "version"} and d["version"] == STATS_VERSION
+    assert set(d) == {*WIRE_FIELDS, "version"}
+    assert d["version"] == STATS_VERSION
     assert all(type(v) is float for v in d.values())  # Serve's metrics: dict[str, float]
     back = from_wire(d)
-    assert back == FULL and back.reported
-    assert isinstance(back.block_size, int) and isinstance(back.healthy, bool)
+    assert back == FULL
+    assert back.reported
+    assert isinstance(back.block_size, int)
+    assert isinstance(back.healthy, bool)
     # every field differs from its default above, so none can be silently dropped
     defaults = ReplicaStats()
     assert all(getattr(FULL, f) != getattr(defaults, f) for f in WIRE_FIELDS)
@@ -58,7 +61,9 @@ def test_serve_window_mean_decodes() -> None:
     c = ReplicaStats(waiting=4, healthy=True, block_size=16).to_wire()
     mean = {k: (a[k] + b[k] + c[k]) / 3 for k in a} | {"running_requests": 7.0}
     s = from_wire(mean)  # Serve's own keys are ignored, the version survives averaging
-    assert s.waiting == 3.0 and s.healthy and s.block_size == 16
+    assert s.waiting == 3.0
+    assert s.healthy
+    assert s.block_size == 16
 
 
 @pytest.mark.parametrize(
@@ -81,7 +86,9 @@ def test_strict_rejects_and_lenient_counts(data: dict[str, object] | None, kind:
     before = wire.WIRE_ERRORS[kind]
     fallback = from_wire(data, strict=False)
     assert wire.WIRE_ERRORS[kind] == before + 1
-    assert not fallback.reported and fallback.healthy and fallback.waiting == 0
+    assert not fallback.reported
+    assert fallback.healthy
+    assert fallback.waiting == 0
     assert fallback in (UNKNOWN, UNREPORTED)
 
 
@@ -92,7 +99,8 @@ def test_lenient_logs_the_first_error_of_a_kind(caplog: pytest.LogCaptureFixture
         from_wire(bad, strict=False)
         from_wire(bad, strict=False)
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warnings) == 1 and "missing" in warnings[0].getMessage()
+    assert len(warnings) == 1
+    assert "missing" in warnings[0].getMessage()
     assert wire.WIRE_ERRORS["missing"] == 2
 
 

@@ -19,7 +19,8 @@ def test_build_sim_engine_with_text(model_dir) -> None:
             },
         }
     )
-    assert eng.block_size == 16 and eng.max_model_len > 0
+    assert eng.block_size == 16
+    assert eng.max_model_len > 0
 
 
 def test_unknown_engine_type() -> None:

@@ -3,7 +3,8 @@ from cluster.ingress import HEALTH_FRESH_S, health_verdict
 
 def test_no_replicas_is_503_openai_shaped() -> None:
     status, body = health_verdict([], now=100.0)
-    assert status == 503 and body["error"]["code"] == "no_healthy_replica"
+    assert status == 503
+    assert body["error"]["code"] == "no_healthy_replica"
 
 
 def test_only_unhealthy_or_stale_reports_is_503() -> None:

@@ -92,8 +92,9 @@ def test_cold_replica_uses_prior() -> None:
     assert snap.prefill_tokens_per_s == pytest.approx(2000.0)
     assert snap.queue_delay_s == pytest.approx(2.0)
     assert snap.ttft_p95_s == 0.0
-    assert snap.decode_tokens_per_s == 0.0 and snap.prefill_load_tokens_per_s == 0.0
-    with pytest.raises(ValueError):
+    assert snap.decode_tokens_per_s == 0.0
+    assert snap.prefill_load_tokens_per_s == 0.0
+    with pytest.raises(ValueError, match=r"must be positive"):
         LoadTracker(prior_prefill_tokens_per_s=0.0)
 
 
@@ -153,7 +154,8 @@ def test_prefill_load_and_snapshot() -> None:
     snap = tracker.snapshot(1600)
     assert snap.queue_delay_s == pytest.approx(1600 / tracker.prefill_tokens_per_s)
     assert snap.prefill_load_tokens_per_s == pytest.approx(400.0)
-    assert snap.ongoing == 5 and snap.busy_fraction == pytest.approx(0.5)
+    assert snap.ongoing == 5
+    assert snap.busy_fraction == pytest.approx(0.5)
 
 
 def test_decode_rate_is_per_busy_second_of_the_window() -> None:

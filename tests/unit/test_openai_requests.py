@@ -71,7 +71,9 @@ def test_validation_errors_are_openai_shaped(
     model: type, body: dict, param: str, code: str
 ) -> None:
     e = err_of(validate, model, body)
-    assert e.status == 400 and e.param == param and e.code == code
+    assert e.status == 400
+    assert e.param == param
+    assert e.code == code
     assert set(e.body()["error"]) == {"message", "type", "param", "code"}
 
 
@@ -86,7 +88,8 @@ def test_context_length_exceeded(tokenizer: Any) -> None:
     req = validate(CompletionRequest, {"model": "m", "prompt": long_ids, "max_tokens": 10})
     e = err_of(prepare, req, tokenizer, LIMITS)
     assert (e.status, e.code) == (400, "context_length_exceeded")
-    assert "256" in e.message and "260" in e.message
+    assert "256" in e.message
+    assert "260" in e.message
     over = validate(CompletionRequest, {"model": "m", "prompt": list(range(1000, 1300))})
     assert err_of(prepare, over, tokenizer, LIMITS).code == "context_length_exceeded"
 
@@ -123,23 +126,28 @@ def test_chat_template_and_routing_view(tokenizer: Any) -> None:
     }
     p = prepare(validate(ChatRequest, body), tokenizer, LIMITS)
     text = tokenizer.decode(p.token_ids)
-    assert "Be brief." in text and "Hi" in text and text.rstrip().endswith("assistant")
-    assert p.max_tokens == 7 and p.view.session_id == "u1"
+    assert "Be brief." in text
+    assert "Hi" in text
+    assert text.rstrip().endswith("assistant")
+    assert p.max_tokens == 7
+    assert p.view.session_id == "u1"
     assert p.view.block_hashes == block_hashes(p.token_ids, 16)
     gen = p.payload["request"]
-    assert gen["prompt_token_ids"] == p.token_ids and gen["temperature"] == 0
+    assert gen["prompt_token_ids"] == p.token_ids
+    assert gen["temperature"] == 0
 
 
 def test_formatter_shapes() -> None:
     f = Formatter("chatcmpl-1", "m", chat=True)
     first, second = f.chunk("a", None), f.chunk("b", "stop")
     assert first["choices"][0]["delta"] == {"content": "a", "role": "assistant"}
-    assert (
-        second["choices"][0]["delta"] == {"content": "b"}
-        and second["choices"][0]["finish_reason"] == "stop"
-    )
+    assert second["choices"][0]["delta"] == {"content": "b"}
+    assert second["choices"][0]["finish_reason"] == "stop"
     u = usage(3, 2, cached=1)
-    assert u["total_tokens"] == 5 and u["prompt_tokens_details"]["cached_tokens"] == 1
+    assert u["total_tokens"] == 5
+    assert u["prompt_tokens_details"]["cached_tokens"] == 1
     full = Formatter("cmpl-1", "m", chat=False).full("xy", "length", u)
-    assert full["object"] == "text_completion" and full["choices"][0]["text"] == "xy"
-    assert sse({"a": 1}) == b'data: {"a":1}\n\n' and SSE_DONE == b"data: [DONE]\n\n"
+    assert full["object"] == "text_completion"
+    assert full["choices"][0]["text"] == "xy"
+    assert sse({"a": 1}) == b'data: {"a":1}\n\n'
+    assert SSE_DONE == b"data: [DONE]\n\n"

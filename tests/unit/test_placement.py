@@ -22,5 +22,5 @@ def test_cpu_replica_has_no_placement_group() -> None:
 def test_tp_needs_gpus_and_is_positive() -> None:
     with pytest.raises(ValueError, match="needs GPUs"):
         replica_resources(2, num_cpus=1.0, gpu=False)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"tensor_parallel_size must be >= 1"):
         replica_resources(0, num_cpus=1.0, gpu=True)

@@ -18,7 +18,8 @@ def test_whole_prompt_until_looked_up_then_prompt_minus_cached() -> None:
     assert b.tokens == 600
     b.remove("a")
     b.on_first_token("b", cached_tokens=0)
-    assert b.tokens == 0 and b.mismatches == 0
+    assert b.tokens == 0
+    assert b.mismatches == 0
 
 
 def test_group_lookup_is_exact_in_total_and_per_member_on_first_token() -> None:
@@ -42,7 +43,8 @@ def test_abort_mismatch_and_reset() -> None:
     assert b.tokens == 200
     b.add("c", 100)
     b.on_lookups(requests=1, queries=999, hits=333)  # does not add up: spread, counted
-    assert b.mismatches == 1 and b.tokens == 200 + (100 - round(333 * 100 / 999))
+    assert b.mismatches == 1
+    assert b.tokens == 200 + (100 - round(333 * 100 / 999))
     b.remove("b")
     b.remove("c")
     assert b.tokens == 0
@@ -55,7 +57,8 @@ def test_first_token_before_its_lookup_stats() -> None:
     b.on_first_token("a", cached_tokens=128)  # vLLM yielded to us between output and stats
     assert b.tokens == 500
     b.on_lookups(requests=2, queries=800, hits=128 + 256)  # a's lookup and b's
-    assert b.tokens == 500 - 256 and b.mismatches == 0
+    assert b.tokens == 500 - 256
+    assert b.mismatches == 0
     for k in range(MAX_EARLY + 10):  # prefix caching off: lookups never come, memory bounded
         b.add(str(k), 10)
         b.on_first_token(str(k), 0)

@@ -44,7 +44,8 @@ def test_p2c_never_picks_the_most_loaded_of_three() -> None:
     p = make_policy("p2c", seed=4)
     views = [ReplicaView("a", ongoing=0), ReplicaView("b", ongoing=5), ReplicaView("c", ongoing=9)]
     picks = Counter(p.choose(_req(str(k), SYSTEM), views).replica_id for k in range(300))
-    assert picks["c"] == 0 and picks["a"] > picks["b"] > 0
+    assert picks["c"] == 0
+    assert picks["a"] > picks["b"] > 0
 
 
 def test_consistent_hash_is_sticky_per_prefix_and_session_and_bounded() -> None:
@@ -59,7 +60,8 @@ def test_consistent_hash_is_sticky_per_prefix_and_session_and_bounded() -> None:
     home = homes.pop()
     loaded = [ReplicaView(v.replica_id, ongoing=10 if v.replica_id == home else 1) for v in views]
     d = p.choose(_req("x", SYSTEM), loaded)
-    assert d.replica_id != home and d.reason == "balance"
+    assert d.replica_id != home
+    assert d.reason == "balance"
 
 
 def test_sglang_tree_affinity_smallest_tree_and_imbalance_rules() -> None:
@@ -92,9 +94,10 @@ def test_oracle_uses_exact_cache_lookup() -> None:
 def test_registry_builds_every_name_and_refuses_ray_native() -> None:
     views = [ReplicaView("a"), ReplicaView("b")]
     for name in POLICY_NAMES:
-        kw = {"cache_lookup": lambda rid, h: 0} if name == "oracle" else {}
+        kw = {"cache_lookup": lambda _rid, _h: 0} if name == "oracle" else {}
         p = make_policy(name, seed=1, block_size=16, clock=lambda: 0.0, config={}, **kw)
-        assert isinstance(p, RoutingPolicy) and p.name == name
+        assert isinstance(p, RoutingPolicy)
+        assert p.name == name
         assert _route(p, _req("1", SYSTEM), views) in {"a", "b"}
     for name in RAY_NATIVE_ROUTERS:
         with pytest.raises(ValueError, match="Ray Serve's own router"):
@@ -102,7 +105,7 @@ def test_registry_builds_every_name_and_refuses_ray_native() -> None:
     with pytest.raises(ValueError, match="unknown routing policy"):
         make_policy("nope")
     with pytest.raises(TypeError):
-        make_policy("prefix", cache_lookup=lambda r, h: 0)
+        make_policy("prefix", cache_lookup=lambda _r, _h: 0)
     assert RAY_NATIVE_ROUTERS["ray-prefix"].endswith("PrefixCacheAffinityRouter")
 
 

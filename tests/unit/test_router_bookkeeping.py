@@ -41,7 +41,8 @@ def test_ongoing_counts_in_flight_or_queue_len_plus_pending_decisions() -> None:
     assert book.completed("k1", "a") == ("k1", "a")
     assert book.view("a", NONE, now=1.0).ongoing == 1
     book.expire(0.5 + PENDING_TTL_S + 0.1)
-    assert book.view("a", NONE, now=40.0).ongoing == 0 and not book.decisions
+    assert book.view("a", NONE, now=40.0).ongoing == 0
+    assert not book.decisions
 
 
 def test_routed_request_adds_its_uncached_prompt_to_the_outstanding_backlog() -> None:
@@ -50,11 +51,15 @@ def test_routed_request_adds_its_uncached_prompt_to_the_outstanding_backlog() ->
     request = make_request_view("r1", list(range(640)))
     book.decided("r1", "a", matched_blocks=10, now=0.0)
     book.routed("i1", request, "a", now=0.0)  # 640 - 10 * 16 uncached
-    assert book.view("a", ReplicaStats(prefill_tokens_per_s=100.0), now=1.0).waiting_prefill_tokens == 380
+    assert (
+        book.view("a", ReplicaStats(prefill_tokens_per_s=100.0), now=1.0).waiting_prefill_tokens
+        == 380
+    )
     book.decided("r2", "a", matched_blocks=10, now=1.0)
     book.routed("i2", make_request_view("r2", list(range(640))), "b", now=1.0)  # Ray chose b
     assert book.view("b", NONE, now=1.0).waiting_prefill_tokens == 640  # no match on b
-    assert not book.pending and book.completed("i2", "b") == ("r2", "b")
+    assert not book.pending
+    assert book.completed("i2", "b") == ("r2", "b")
     book.gone("a")
     assert book.view("a", REPORT, queue_len=1, now=1.0).waiting_prefill_tokens == 300
 
@@ -161,7 +166,8 @@ async def test_twin_and_ray_adapter_see_the_same_views_and_decide_the_same(fresh
     adapter = await _replay_through_adapter(twin.log, fresh)
     ours = [e[1:] for e in twin.log if e[0] == "decision"]
     theirs = [e[1:] for e in adapter.log if e[0] == "decision"]
-    assert len(ours) == 90 and len({rid for _, rid in ours}) >= 3
+    assert len(ours) == 90
+    assert len({rid for _, rid in ours}) >= 3
     assert theirs == ours  # every view (ongoing, queues, prefill backlog) and every choice
     reports = [dict(r[0:2] for r in e[3]) for e in twin.log if e[0] == "choose"]
     seen = [{v.replica_id: v.waiting_prefill_tokens for v in views} for views, _ in ours]

@@ -30,7 +30,8 @@ def test_lru_cap_evicts_least_recently_used() -> None:
     assert all(idx.holds("a", h) for h in (1, 3, 4))
     assert idx.size("a") == 3
     idx.set_capacity("a", 1)  # shrinking evicts down to the new cap
-    assert idx.size("a") == 1 and idx.holds("a", 4)
+    assert idx.size("a") == 1
+    assert idx.holds("a", 4)
     assert idx.num_hashes() == 1
 
 
@@ -53,7 +54,8 @@ def test_remove_and_drop_replica_clear_masks_and_reuse_slots() -> None:
     assert idx.match([1, 2], ["a", "b"]) == {"a": 1, "b": 0}
     idx.insert("c", [1, 2])  # takes b's freed slot; must not inherit b's blocks
     assert idx.match([1, 2], ["a", "c"]) == {"a": 1, "c": 2}
-    assert idx.size() == 3 and idx.num_hashes() == 2
+    assert idx.size() == 3
+    assert idx.num_hashes() == 2
 
 
 def test_export_restore_roundtrip_keeps_matches_and_lru_order() -> None:
@@ -66,7 +68,9 @@ def test_export_restore_roundtrip_keeps_matches_and_lru_order() -> None:
     q = [10, 11, 12]
     assert restored.match(q, ["a", "b"]) == idx.match(q, ["a", "b"]) == {"a": 3, "b": 1}
     restored.insert("a", [13])  # LRU order survived: the tail 12 is evicted, not 10 or 11
-    assert not restored.holds("a", 12) and restored.holds("a", 10) and restored.holds("a", 11)
+    assert not restored.holds("a", 12)
+    assert restored.holds("a", 10)
+    assert restored.holds("a", 11)
 
 
 def test_eviction_takes_a_prefix_tail_first_so_its_head_still_matches() -> None:
@@ -109,4 +113,5 @@ def test_memory_plateaus_under_200k_unique_prompts() -> None:
 def test_block_hashes_chain_so_shared_prefix_shares_hashes() -> None:
     a = block_hashes(list(range(48)), 16)
     b = block_hashes(list(range(32)) + [999] * 16, 16)
-    assert a[:2] == b[:2] and a[2] != b[2]
+    assert a[:2] == b[:2]
+    assert a[2] != b[2]

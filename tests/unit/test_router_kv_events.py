@@ -45,10 +45,14 @@ def _frames(payload: bytes, seq: int) -> list[bytes]:
 
 def test_decode_captured_batch() -> None:
     batch = decode_payload(CAPTURED[0])
-    assert batch.ts == 1700000000.5 and batch.dp_rank == 0
+    assert batch.ts == 1700000000.5
+    assert batch.dp_rank == 0
     (ev,) = batch.events
-    assert ev["type"] == "BlockStored" and ev["block_hashes"] == [H1, H2]
-    assert ev["parent_block_hash"] is None and ev["block_size"] == 32 and ev["token_ids"] == TOKENS
+    assert ev["type"] == "BlockStored"
+    assert ev["block_hashes"] == [H1, H2]
+    assert ev["parent_block_hash"] is None
+    assert ev["block_size"] == 32
+    assert ev["token_ids"] == TOKENS
 
 
 def test_translate_captured_messages_to_our_chained_hashes() -> None:
@@ -57,12 +61,15 @@ def test_translate_captured_messages_to_our_chained_hashes() -> None:
     assert stored == KVBlocksStored("r0", block_hashes(TOKENS, 16), 1.0)
     child, removed = t.translate_message(_frames(CAPTURED[1], 1), now=2.0)
     expected_child = block_hashes(TOKENS + list(range(200, 232)), 16)
-    assert isinstance(child, KVBlocksStored) and child.block_hashes == expected_child[4:]
+    assert isinstance(child, KVBlocksStored)
+    assert child.block_hashes == expected_child[4:]
     assert removed == KVBlocksRemoved("r0", expected_child[2:], 2.0)
-    assert len(t) == 1 and t.seq_gaps == 0
+    assert len(t) == 1
+    assert t.seq_gaps == 0
     (cleared,) = t.translate_message(_frames(CAPTURED[2], 5), now=3.0)
     assert cleared == KVBlocksRemoved("r0", expected_child[:2], 3.0)
-    assert len(t) == 0 and t.seq_gaps == 1  # seq 2..4 were missed
+    assert len(t) == 0
+    assert t.seq_gaps == 1
 
 
 def test_translated_hashes_match_the_ingress_request_view() -> None:
@@ -70,7 +77,7 @@ def test_translated_hashes_match_the_ingress_request_view() -> None:
     policy = PrefixAwarePolicy(mode=MODE_PRECISE)
     for ev in t.translate_message(_frames(CAPTURED[3], 0), now=0.0):  # int hashes
         policy.observe(ev)
-    req = make_request_view("q", TOKENS + [1, 2, 3], block_size=16)
+    req = make_request_view("q", [*TOKENS, 1, 2, 3], block_size=16)
     assert policy.matches(req, [ReplicaView("r0"), ReplicaView("r1")]) == {"r0": 4, "r1": 0}
 
 
@@ -115,7 +122,7 @@ def test_block_size_not_multiple_is_skipped_and_map_is_bounded() -> None:
         }
         t.translate_batch(decode_payload(msgpack.packb([0.0, [ev]])), 0.0)
     assert len(t) == 100
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"KV event batch must be"):
         decode_payload(msgpack.packb({"not": "a batch"}))
 
 
@@ -135,7 +142,8 @@ def test_subscriber_receives_over_zmq(tmp_path) -> None:
     finally:
         sub.stop()
         pub.close(linger=0)
-    assert got and got[0].block_hashes == block_hashes(TOKENS, 16)
+    assert got
+    assert got[0].block_hashes == block_hashes(TOKENS, 16)
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ def test_shares_decay_with_the_events_clock() -> None:
     assert s.shares(["x", "y"]) == {"x": 0.0, "y": 0.0}
     s.drop("a")
     assert s.shares(["a", "b"]) == {"a": 0.0, "b": 1.0}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"window_s must be > 0"):
         LoadShare(window_s=0)
 
 
@@ -111,8 +111,10 @@ def test_prefix_heat_decays_and_keeps_the_most_recent_prefixes() -> None:
     h.add(2, 1.0, now=1.0)
     h.add(1, 1.0, now=2.0)  # 1 is now the most recent
     h.add(3, 1.0, now=3.0)  # over max_keys: 2 (least recent) goes
-    assert len(h) == 2 and h.value(2, now=3.0) == 0.0 and h.value(1, now=3.0) > 1.0
-    with pytest.raises(ValueError):
+    assert len(h) == 2
+    assert h.value(2, now=3.0) == 0.0
+    assert h.value(1, now=3.0) > 1.0
+    with pytest.raises(ValueError, match=r"max_keys >= 1"):
         PrefixHeat(max_keys=0)
 
 

@@ -27,7 +27,7 @@ class FakeReplica:
         self.routing_stats: dict[str, Any] = stats or {}
         self.max_ongoing_requests = max_ongoing
 
-    async def get_queue_len(self, *, deadline_s: float) -> int:
+    async def get_queue_len(self, *, deadline_s: float) -> int:  # noqa: ARG002 (Serve's signature)
         return 0
 
 
@@ -65,7 +65,9 @@ def test_replica_view_from_replica_stats() -> None:
     assert (v.kv_usage, v.block_size, v.prefill_tokens_per_s) == (0.4, 128, 480.0)
     assert (v.healthy, v.ongoing, v.max_ongoing) == (False, 5, 16)
     fresh = replica_view_from_stats("y", UNREPORTED, default_block_size=128)  # no report yet
-    assert fresh.healthy and fresh.waiting == 0 and fresh.block_size == 128
+    assert fresh.healthy
+    assert fresh.waiting == 0
+    assert fresh.block_size == 128
 
 
 def test_request_view_lookup_and_rank_tiers() -> None:
@@ -82,16 +84,19 @@ async def test_choose_observe_complete_cycle_learns_affinity() -> None:
     router = _router(policy="prefix", config={"load_slack": 4.0}, seed=3)
     reps = [FakeReplica(u, ReplicaStats(kv_capacity_tokens=16_000).to_wire()) for u in "abcd"]
     router.update_replicas(reps)
-    first = make_request_view("r1", SYSTEM + [1])
+    first = make_request_view("r1", [*SYSTEM, 1])
     tiers = await router.choose_replicas(reps, _pending(first, "i1"))
     chosen = tiers[0][0]
-    assert len(tiers) == 2 and len(tiers[1]) == 3
+    assert len(tiers) == 2
+    assert len(tiers[1]) == 3
     assert router.replica_view(chosen).ongoing == 1  # decided, not yet routed: pending
     router.on_request_routed(_pending(first, "i1"), chosen.replica_id, None)
-    assert router.replica_view(chosen).ongoing == 1 and not router.book.pending
+    assert router.replica_view(chosen).ongoing == 1
+    assert not router.book.pending
     second = make_request_view("r2", SYSTEM)
     again = await router.choose_replicas(reps, _pending(second, "i2"))
-    assert again[0][0] is chosen and router.replica_view(chosen).ongoing == 2
+    assert again[0][0] is chosen
+    assert router.replica_view(chosen).ongoing == 2
     router.on_request_routed(_pending(second, "i2"), chosen.replica_id, None)
     router.on_request_completed(chosen.replica_id, "i1")
     router.on_request_completed(chosen.replica_id, "i2")
@@ -105,7 +110,8 @@ async def test_missing_view_falls_back_to_p2c_and_gone_replica_is_forgotten() ->
     idle = FakeReplica("idle", ReplicaStats().to_wire())
     router.update_replicas([busy, idle])
     tiers = await router.choose_replicas([busy, idle], _pending(None, "i1"))
-    assert tiers[0] == [idle] and router.decision_counts["fallback"] == 1
+    assert tiers[0] == [idle]
+    assert router.decision_counts["fallback"] == 1
     view = make_request_view("r", SYSTEM)
     router.on_request_routed(_pending(view, "i2"), idle.replica_id, None)
     assert router.policy.index.size("idle") == 16  # type: ignore[attr-defined]
@@ -121,7 +127,8 @@ async def test_all_unavailable_returns_every_candidate_as_one_tier() -> None:
     down = ReplicaStats(healthy=False).to_wire()
     reps = [FakeReplica("a", down), FakeReplica("b", down)]
     tiers = await router.choose_replicas(reps, _pending(make_request_view("r", SYSTEM), "i"))
-    assert tiers == [reps] and router.decision_counts["fallback"] == 1
+    assert tiers == [reps]
+    assert router.decision_counts["fallback"] == 1
     assert await router.choose_replicas([], None) == []
 
 
@@ -185,17 +192,19 @@ async def test_burst_of_concurrent_decisions_counts_pending_and_respects_the_bou
     router.update_replicas(reps)
     chosen = []
     for i in range(32):
-        view = make_request_view(f"r{i}", SYSTEM + [i])
+        view = make_request_view(f"r{i}", [*SYSTEM, i])
         tiers = await router.choose_replicas(reps, _pending(view, f"i{i}"))
         chosen.append(tiers[0][0].replica_id.unique_id)
         if i == 0:  # the first one is routed, so the index learns the prefix's owner
             router.on_request_routed(_pending(view, "i0"), tiers[0][0].replica_id, None)
     counts = collections.Counter(chosen)
-    assert len(counts) >= 3 and max(counts.values()) <= 16, counts  # 2x fair share at most
+    assert len(counts) >= 3, counts
+    assert max(counts.values()) <= 16, counts  # 2x fair share at most
     assert sum(router.book.pending.values()) == 31
     # a decision asked again for the same request does not count twice; stale ones expire
-    view = make_request_view("r5", SYSTEM + [5])
+    view = make_request_view("r5", [*SYSTEM, 5])
     await router.choose_replicas(reps, _pending(view, "i5"))
     assert sum(router.book.pending.values()) == 31
     router.book.expire(time.monotonic() + PENDING_TTL_S + 1)
-    assert not router.book.pending and not router.book.decisions
+    assert not router.book.pending
+    assert not router.book.decisions

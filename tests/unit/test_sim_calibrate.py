@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -75,7 +76,7 @@ def test_fit_reports_a_rate_the_data_never_binds() -> None:
 
 
 def test_fit_needs_enough_samples() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"need at least 4 samples"):
         fit_cpu_profile(_grid_samples(TRUE)[:3], MODEL)
 
 
@@ -103,7 +104,8 @@ def test_decode_sample_uses_the_all_decoding_window() -> None:
 def test_decode_grid_primes_distinct_prompts_then_repeats_them() -> None:
     primers, runs = decode_grid(4, 129, 24, random.Random(0), "d", repeats=2)
     assert [p.max_tokens for p in primers] == [1] * 4
-    assert len({p.prompt for p in primers}) == 4 and all(len(p.prompt) == 129 for p in primers)
+    assert len({p.prompt for p in primers}) == 4
+    assert all(len(p.prompt) == 129 for p in primers)
     for run in runs:
         assert [r.prompt for r in run] == [p.prompt for p in primers]
         assert all(r.max_tokens == 24 for r in run)
@@ -120,7 +122,8 @@ def test_cpu_fit_json_loads_and_feeds_the_cpu_profile(tmp_path: Path) -> None:
     try:
         profiles.set_cpu_fit(loaded)
         hw = profiles.hardware("cpu")
-        assert hw.peak_flops == 9.0e10 and hw.step_overhead_s == 0.012
+        assert hw.peak_flops == 9.0e10
+        assert hw.step_overhead_s == 0.012
         assert hw.default_block_size == 128
     finally:
         profiles.set_cpu_fit(saved)
@@ -147,7 +150,7 @@ def test_heldout_workload_is_seeded_and_shaped() -> None:
     spec = HeldoutSpec(n=200, rate=2.0, seed=1)
     reqs = heldout(spec)
     assert reqs == heldout(spec)
-    assert all(r2.offset_s > r1.offset_s for r1, r2 in zip(reqs, reqs[1:], strict=False))
+    assert all(r2.offset_s > r1.offset_s for r1, r2 in itertools.pairwise(reqs))
     shared = [r for r in reqs if r.group >= 0]
     assert 0.25 < len(shared) / len(reqs) < 0.55
     assert all(len(r.prompt) >= spec.prefix_len + spec.input_lo for r in shared)

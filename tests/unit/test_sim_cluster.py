@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -35,7 +36,7 @@ class RoundRobin:
         self.n = 0
         self.events: list[RouterEvent] = []
 
-    def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> RoutingDecision:
+    def choose(self, _request: RequestView, replicas: Sequence[ReplicaView], /) -> RoutingDecision:
         ids = sorted(r.replica_id for r in replicas)
         return RoutingDecision(ids[self.n % len(ids)], "balance")
 
@@ -46,7 +47,7 @@ class RoundRobin:
 
 
 class Sticky(RoundRobin):
-    def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> RoutingDecision:
+    def choose(self, _request: RequestView, replicas: Sequence[ReplicaView], /) -> RoutingDecision:
         return RoutingDecision(min(r.replica_id for r in replicas), "affinity")
 
 
@@ -71,8 +72,11 @@ def test_every_request_completes_with_timings() -> None:
     recs = sim.records_list  # type: ignore[attr-defined]
     assert [r.index for r in recs] == list(range(20))
     for r in recs:
-        assert r.error is None and r.output_tokens == 8 and len(r.token_times_s) == 8
-        assert 0 < r.ttft_s <= r.e2e_s and r.prompt_tokens == 296
+        assert r.error is None
+        assert r.output_tokens == 8
+        assert len(r.token_times_s) == 8
+        assert 0 < r.ttft_s <= r.e2e_s
+        assert r.prompt_tokens == 296
         assert r.token_times_s == sorted(r.token_times_s)
     assert {r.replica for r in recs} == {f"replica-{i:03d}" for i in range(4)}
     completed = [e for e in sim.policy.events if isinstance(e, Completed)]  # type: ignore[union-attr]
@@ -97,7 +101,8 @@ def test_kv_events_reach_the_policy() -> None:
     expected = set()
     for s in specs:
         expected |= set(block_hashes(s.prompt_token_ids, 16))
-    assert set(stored) == expected and len(stored) == len(expected)
+    assert set(stored) == expected
+    assert len(stored) == len(expected)
 
 
 def test_kv_events_can_arrive_late() -> None:
@@ -125,7 +130,7 @@ def test_multi_turn_waits_for_previous_turn() -> None:
     specs = [RequestSpec(i, tuple(range(100 + 50 * i)), 20, session_id="s") for i in range(3)]
     sim = ClusterSim(ClusterConfig(replicas=2, core=CORE), RoundRobin())
     recs = sim.run(specs, [0.0, 0.0, 0.0])
-    for prev, nxt in zip(recs, recs[1:], strict=False):
+    for prev, nxt in itertools.pairwise(recs):
         assert nxt.send_s >= prev.send_s + prev.e2e_s - 1e-9
 
 
@@ -140,7 +145,7 @@ class StepScaler:
         return {}
 
     def decide(
-        self, snapshot: MetricsSnapshot, config: ScalingConfig, state: dict
+        self, snapshot: MetricsSnapshot, _config: ScalingConfig, state: dict
     ) -> tuple[int, dict]:
         self.snapshots.append(snapshot)
         desired = snapshot.current_replicas
@@ -160,11 +165,13 @@ def test_autoscaling_starts_after_startup_and_counts_replica_seconds() -> None:
     recs = sim.run(specs, [0.1 * i for i in range(40)])
     assert all(r.error is None for r in recs)
     assert min(r.ttft_s for r in recs[:5]) >= 2.0 - 0.1 * 4  # held at the ingress until ready
-    assert (0.0, 3) in sim.scale_log and any(d == 1 for _, d in sim.scale_log)
+    assert (0.0, 3) in sim.scale_log
+    assert any(d == 1 for _, d in sim.scale_log)
     res = build_result(sim, recs, {})
     assert res["replica_seconds"] < 3 * sim.now
     assert res["replica_seconds"] > sim.now
-    assert len(sim.replicas) == 1 and len(sim.retired) == 2
+    assert len(sim.replicas) == 1
+    assert len(sim.retired) == 2
     assert any(m.busy_fraction > 0 for s in scaler.snapshots for m in s.replicas)
 
 
@@ -179,7 +186,8 @@ def test_cli_writes_result_json(tmp_path: Any) -> None:
     res = json.loads(out.read_text())
     assert res["requests"]["completed"] == 12
     assert 0 < res["cache"]["hit_rate"] < 1
-    assert res["replica_seconds"] > 0 and res["sim"]["steps_per_wall_s"] > 0
+    assert res["replica_seconds"] > 0
+    assert res["sim"]["steps_per_wall_s"] > 0
     assert res["imbalance"]["mean"] >= 1.0
     assert out.with_suffix(".jsonl").exists()
 
@@ -212,12 +220,15 @@ def test_registry_policies_oracle_and_precise_beat_round_robin(tmp_path: Any) ->
         ]  # fmt: skip
         assert cli.main(argv) == 0
         hit[router] = json.loads(out.read_text())["cache"]["hit_rate"]
-    assert hit["oracle"] > hit["round-robin"] and hit["prefix-precise"] > hit["round-robin"]
+    assert hit["oracle"] > hit["round-robin"]
+    assert hit["prefix-precise"] > hit["round-robin"]
 
 
 def test_router_book_ends_empty_and_reports_age_by_the_stats_period() -> None:
     sim = _run(RoundRobin(), _shared_prefix(12))
-    assert not +sim.book.inflight and not sim.book.decisions and not sim.book.routes
+    assert not +sim.book.inflight
+    assert not sim.book.decisions
+    assert not sim.book.routes
     rep = sim.replicas["replica-000"]
     first = rep.routing_report(sim.now, period_s=0.5)
     assert rep.routing_report(sim.now + 0.4, period_s=0.5) is first  # still the held report

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from replicas.sim import profiles
@@ -41,7 +43,7 @@ def test_long_prefill_is_compute_bound() -> None:
 def test_decode_throughput_rises_then_saturates() -> None:
     c = _cost("llama-3-8b", "h100")
     tput = [b / c.decode_step(b, 1024) for b in (1, 2, 8, 32, 128, 512, 2048)]
-    assert all(x < y for x, y in zip(tput, tput[1:], strict=False))
+    assert all(x < y for x, y in itertools.pairwise(tput))
     assert tput[2] > 6 * tput[0]  # memory-bound region: nearly linear
     assert tput[-1] < 1.3 * tput[-2]  # compute-bound region: flat
 
@@ -49,17 +51,18 @@ def test_decode_throughput_rises_then_saturates() -> None:
 def test_tensor_parallel_divides_work_and_adds_comm() -> None:
     one, eight = _cost("llama-3-70b", "h100", 4), _cost("llama-3-70b", "h100", 8)
     assert eight.decode_step(1, 1024) < one.decode_step(1, 1024)
-    assert eight._comm(64) > 0 and _cost("llama-3-8b", "h100")._comm(64) == 0
+    assert eight._comm(64) > 0
+    assert _cost("llama-3-8b", "h100")._comm(64) == 0
     assert eight.kv_capacity_tokens() > one.kv_capacity_tokens() > 0
 
 
 def test_70b_does_not_fit_one_l4() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"does not fit"):
         _cost("llama-3-70b", "l4").kv_capacity_tokens()
 
 
 def test_unknown_names_rejected() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"unknown hardware"):
         profiles.hardware("tpu")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"unknown model"):
         profiles.model("gpt-5")

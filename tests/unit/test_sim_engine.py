@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -30,8 +31,10 @@ async def test_streams_max_tokens_then_length_and_is_deterministic() -> None:
     d1 = await _collect(e1, "r", PROMPT, 5)
     d2 = await _collect(e2, "r", PROMPT, 5)
     ids1 = [t for d in d1 for t in d.token_ids]
-    assert len(ids1) == 5 and ids1 == [t for d in d2 for t in d.token_ids]
-    assert d1[-1].finish_reason == "length" and d1[-1].completion_tokens == 5
+    assert len(ids1) == 5
+    assert ids1 == [t for d in d2 for t in d.token_ids]
+    assert d1[-1].finish_reason == "length"
+    assert d1[-1].completion_tokens == 5
     assert d1[-1].prompt_tokens == len(PROMPT)
     assert d1[0].text == f" tok{ids1[0]}"
     times = [t for d in d1 for t in d.token_times]
@@ -51,10 +54,13 @@ async def test_prefix_cache_hits_and_kv_events_match_router_hashes() -> None:
     expected = block_hashes(PROMPT, 16)
     stored = [h for kind, hs in events if kind == "stored" for h in hs]
     assert stored == list(expected)
-    assert second[-1].cached_tokens == 64 and second[0].text == "x"
+    assert second[-1].cached_tokens == 64
+    assert second[0].text == "x"
     s = e.stats()
     assert (s.prefix_hits, s.prefix_queries) == (64, 2 * len(PROMPT))
-    assert s.kv_usage == 0.0 and s.running == 0 and s.waiting == 0
+    assert s.kv_usage == 0.0
+    assert s.running == 0
+    assert s.waiting == 0
     await e.shutdown()
 
 
@@ -62,11 +68,13 @@ async def test_abort_mid_stream_frees_blocks() -> None:
     e = _engine(speed=20.0)
     gen = e.generate(GenerateRequest("r", PROMPT, 1000))
     first = await gen.__anext__()
-    assert first.token_ids and e.stats().kv_usage > 0
+    assert first.token_ids
+    assert e.stats().kv_usage > 0
     await e.abort("r")
     rest = [d async for d in gen]
     assert rest[-1].finish_reason == "abort"
-    assert e.stats().kv_usage == 0.0 and e.stats().running == 0
+    assert e.stats().kv_usage == 0.0
+    assert e.stats().running == 0
     await e.shutdown()
 
 
@@ -83,7 +91,8 @@ async def test_consumer_cancellation_aborts() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert e.stats().running == 0 and e.stats().kv_usage == 0.0
+    assert e.stats().running == 0
+    assert e.stats().kv_usage == 0.0
     await e.shutdown()
 
 
@@ -91,7 +100,7 @@ async def test_step_times_follow_cost_model() -> None:
     e = _engine(speed=10.0)
     deltas = await _collect(e, "r", PROMPT, 30)
     times = [t for d in deltas for t in d.token_times]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     step = e.core.cost.decode_step(1, len(PROMPT)) / 10.0  # ~2.7 ms
     mean = sum(gaps) / len(gaps)
     assert 0.9 * step <= mean < step + 0.005  # sleep overshoot is caught up, not accumulated
@@ -105,7 +114,7 @@ async def test_many_engines_concurrently_and_prompt_too_long() -> None:
         *(_collect(e, f"r{i}", PROMPT, 3) for i, e in enumerate(engines))
     )
     assert all(r[-1].finish_reason == "length" for r in results)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"exceeds max_model_len"):
         await _collect(engines[0], "big", list(range(9000)), 1)
     for e in engines:
         await e.check_health()
@@ -121,12 +130,17 @@ async def test_stats_report_rates_ttft_and_queue() -> None:
     second = asyncio.create_task(_collect(e, "b", list(range(500, 900)), 2))
     await asyncio.sleep(0.01)
     s = e.stats()
-    assert s.running == 1 and s.waiting == 1
-    assert s.waiting_prefill_tokens == 400 and s.queue_delay_s > 0
+    assert s.running == 1
+    assert s.waiting == 1
+    assert s.waiting_prefill_tokens == 400
+    assert s.queue_delay_s > 0
     await asyncio.gather(first, second)
     s = e.stats()
-    assert s.ttft_p95_s > 0 and s.prefill_tokens_per_s > 0 and s.decode_tokens_per_s > 0
-    assert s.block_size == 16 and s.kv_capacity_tokens > 0
+    assert s.ttft_p95_s > 0
+    assert s.prefill_tokens_per_s > 0
+    assert s.decode_tokens_per_s > 0
+    assert s.block_size == 16
+    assert s.kv_capacity_tokens > 0
     await e.shutdown()
 
 
@@ -138,6 +152,6 @@ async def test_generated_blocks_are_cached_for_the_next_turn() -> None:
     convo = PROMPT + answer
     stored = [h for kind, hs in events if kind == "stored" for h in hs]
     assert stored == list(block_hashes(convo, 16)[:6])
-    second = await _collect(e, "t2", convo + [5, 6, 7], 1)
+    second = await _collect(e, "t2", [*convo, 5, 6, 7], 1)
     assert second[-1].cached_tokens == 6 * 16  # the answer's full blocks were reused
     await e.shutdown()

@@ -30,16 +30,18 @@ def test_blocks_cover_tokens_with_one_partial_block() -> None:
     assert kv.pool.num_free == 7
     assert len(kv.pool.cached) == 2  # only full blocks are cached
     # decoding 2 more tokens fills block 3; the 3rd needs a 4th block
-    assert kv.allocate(req, 2) and len(req.blocks) == 3
+    assert kv.allocate(req, 2)
+    assert len(req.blocks) == 3
     req.num_computed += 2
-    assert kv.allocate(req, 1) and len(req.blocks) == 4
+    assert kv.allocate(req, 1)
+    assert len(req.blocks) == 4
 
 
 def test_prefix_reuse_longest_chain_and_refcounts() -> None:
     kv = KVCacheManager(BlockPool(16, BS))
-    a = _req("a", list(range(12)) + [99])
+    a = _req("a", [*list(range(12)), 99])
     _admit(kv, a)
-    b = _req("b", list(range(8)) + [7, 7, 7, 7, 5])  # shares the first 2 blocks only
+    b = _req("b", [*list(range(8)), 7, 7, 7, 7, 5])  # shares the first 2 blocks only
     assert _admit(kv, b) == 2
     assert b.blocks[:2] == a.blocks[:2]
     assert kv.pool.ref[a.blocks[0]] == 2
@@ -64,8 +66,9 @@ def test_freed_blocks_stay_cached_until_lru_eviction() -> None:
     pool.drain_events(lambda k, h: events.append((k, h)))
     assert events == [(STORED, a.block_hashes)]
     kv.free(a)
-    assert pool.num_free == 4 and len(pool.cached) == 2
-    again = _req("a2", list(range(8)) + [1])
+    assert pool.num_free == 4
+    assert len(pool.cached) == 2
+    again = _req("a2", [*list(range(8)), 1])
     assert kv.computed_blocks(again) == 2  # still reusable after free
     # a different 3-block prompt evicts: the 2 never-used blocks go first, then LRU
     c = _req("c", [50 + i for i in range(9)])
@@ -82,7 +85,8 @@ def test_allocation_failure_changes_nothing() -> None:
     kv = KVCacheManager(BlockPool(3, BS))
     a = _req("a", list(range(20)))
     assert not kv.allocate(a, 20)
-    assert a.blocks == [] and kv.pool.num_free == 3
+    assert a.blocks == []
+    assert kv.pool.num_free == 3
 
 
 def test_duplicate_blocks_cached_once() -> None:
@@ -93,7 +97,8 @@ def test_duplicate_blocks_cached_once() -> None:
         assert kv.allocate(r, 9)
     kv.commit(a, 9)
     kv.commit(b, 9)
-    assert len(pool.cached) == 2 and pool.stored_events == list(a.block_hashes)
+    assert len(pool.cached) == 2
+    assert pool.stored_events == list(a.block_hashes)
     kv.free(b)
     assert pool.num_free == 8 - 3  # b's duplicates are plain free blocks
 

@@ -37,13 +37,15 @@ def test_decodes_first_then_chunked_prefill_and_first_token_after_last_chunk() -
     s = _sched()
     a = _req("a", 4, max_tokens=10)
     s.add(a)
-    assert _step(s) == {"a": 4} and a.num_output == 1
+    assert _step(s) == {"a": 4}
+    assert a.num_output == 1
     b = _req("b", 20, base=100)
     s.add(b)
     assert list(_step(s)) == ["a", "b"]  # running decode scheduled before the new prompt
     plans = [_step(s) for _ in range(2)]
     assert plans == [{"a": 1, "b": 7}, {"a": 1, "b": 6}]  # 1 + 7 + 7... within budget 8
-    assert b.num_output == 1 and b.first_token_time is not None
+    assert b.num_output == 1
+    assert b.first_token_time is not None
     assert b.num_computed == 20
 
 
@@ -68,7 +70,7 @@ def test_max_num_seqs_caps_running() -> None:
 
 def test_without_chunked_prefill_long_prompt_waits_for_full_budget() -> None:
     s = _sched(enable_chunked_prefill=False)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"chunked prefill is off"):
         s.add(_req("long", 12))  # 12 tokens could never fit a budget of 8 (vLLM rejects it)
     s2 = _sched(enable_chunked_prefill=False)
     s2.add(_req("a", 4, max_tokens=5))
@@ -86,15 +88,19 @@ def test_preemption_recomputes_the_newest_request() -> None:
     assert s.kv.pool.num_free == 0
     _step(s)  # both reach 8 tokens inside their blocks
     plan = _step(s)  # a needs a 3rd block: b is preempted
-    assert plan == {"a": 1} and b.num_preemptions == 1 and s.waiting[0] is b
-    assert b.num_computed == 0 and b.blocks == []
+    assert plan == {"a": 1}
+    assert b.num_preemptions == 1
+    assert s.waiting[0] is b
+    assert b.num_computed == 0
+    assert b.blocks == []
     for _ in range(20):
         if not s.has_work():
             break
         _step(s)
     assert a.finish_reason == b.finish_reason == "length"
     assert a.num_output == b.num_output == 6
-    assert s.pending_prefill == 0 and s.kv.pool.num_free == 4
+    assert s.pending_prefill == 0
+    assert s.kv.pool.num_free == 4
 
 
 def test_prefix_hit_skips_cached_tokens() -> None:
@@ -103,7 +109,8 @@ def test_prefix_hit_skips_cached_tokens() -> None:
     _step(s)
     b = _req("b", 18, max_tokens=1)  # same first 16 tokens
     s.add(b)
-    assert _step(s) == {"b": 2} and b.cached_tokens == 16
+    assert _step(s) == {"b": 2}
+    assert b.cached_tokens == 16
     assert s.pending_prefill == 0
 
 
@@ -135,8 +142,10 @@ def test_abort_frees_blocks_and_pending_tokens() -> None:
     s.add(r)
     _step(s)
     s.abort(r)
-    assert r.finish_reason == "abort" and not s.has_work()
-    assert s.pending_prefill == 0 and s.kv.pool.num_free == 64
+    assert r.finish_reason == "abort"
+    assert not s.has_work()
+    assert s.pending_prefill == 0
+    assert s.kv.pool.num_free == 64
 
 
 def _check_invariants(s: Scheduler, live: list[SimRequest]) -> None:
@@ -181,10 +190,13 @@ def test_random_workload_keeps_invariants_and_finishes(seed: int) -> None:
         _check_invariants(s, live)
         if not pending and not s.has_work():
             break
-    assert not s.has_work() and not pending
+    assert not s.has_work()
+    assert not pending
     for r in reqs:
         if r.request_id not in aborted:
-            assert r.finish_reason == "length" and r.num_output == r.max_tokens
+            assert r.finish_reason == "length"
+            assert r.num_output == r.max_tokens
     assert s.kv.pool.num_free == 24
     if seed == 0:
-        assert s.num_preemptions > 0 and s.kv.hit_tokens > 0  # the scenario exercises both
+        assert s.num_preemptions > 0
+        assert s.kv.hit_tokens > 0
