@@ -16,7 +16,7 @@ import pytest
 from bench import cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fakes_bench import closed_port
+from tests.fakes import closed_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from bench.runner import LoadPlan, run_load
 from bench.types import RequestSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fakes_bench import closed_port, sse_server
+from tests.fakes import closed_port, sse_server
 
 SPEC = RequestSpec(index=0, prompt_token_ids=(11, 12, 13), output_tokens=3)
 

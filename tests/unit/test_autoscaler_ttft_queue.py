@@ -9,6 +9,7 @@ import pytest
 from autoscaler.registry import check_params
 from autoscaler.ttft_queue import TTFTQueuePolicy, TTFTQueueState
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig
+from tests.fakes import snapshot
 
 CFG = ScalingConfig(min_replicas=1, max_replicas=8, ttft_slo_s=2.0, params={"headroom": 0.7})
 POLICY = TTFTQueuePolicy()  # budget above: 0.7 x 2 s = 1.4 s
@@ -17,12 +18,6 @@ S0 = TTFTQueueState()
 
 def rep(i: int, wpt: float = 0.0, rate: float = 1000.0, **kw: float) -> ReplicaMetrics:
     return ReplicaMetrics(f"r{i}", waiting_prefill_tokens=wpt, prefill_tokens_per_s=rate, **kw)
-
-
-def snap(
-    now: float, current: int, reps: list[ReplicaMetrics], pending: float = 0.0
-) -> MetricsSnapshot:
-    return MetricsSnapshot(now, current, tuple(reps), pending)
 
 
 def run(
@@ -37,14 +32,14 @@ def run(
 
 def test_scales_up_in_proportion_to_queued_prefill_work() -> None:
     # 5600 tokens at 1000 tok/s = 5.6 s of prefill; budget 1.4 s -> 4 replicas, in one move
-    desired, state = POLICY.decide(snap(0.0, 1, [rep(0, 5600)]), CFG, S0)
+    desired, state = POLICY.decide(snapshot(0.0, 1, [rep(0, 5600)]), CFG, S0)
     assert desired == 4
     assert state.reason.startswith("up")
 
 
 def test_no_change_when_queue_is_within_budget() -> None:
-    assert POLICY.decide(snap(0.0, 1, [rep(0, 1300)]), CFG, S0)[0] == 1
-    assert POLICY.decide(snap(0.0, 2, [rep(0, 1300), rep(1, 1300)]), CFG, S0)[0] == 2
+    assert POLICY.decide(snapshot(0.0, 1, [rep(0, 1300)]), CFG, S0)[0] == 1
+    assert POLICY.decide(snapshot(0.0, 2, [rep(0, 1300), rep(1, 1300)]), CFG, S0)[0] == 2
 
 
 def test_uses_each_replicas_own_queue_delay() -> None:
@@ -52,21 +47,21 @@ def test_uses_each_replicas_own_queue_delay() -> None:
         rep(0, 4000, rate=2000, queue_delay_s=2.0),
         rep(1, 500, rate=500, queue_delay_s=1.0),
     ]
-    assert POLICY.decide(snap(0.0, 2, fast_slow), CFG, S0)[0] == 3  # ceil(3.0 / 1.4)
+    assert POLICY.decide(snapshot(0.0, 2, fast_slow), CFG, S0)[0] == 3  # ceil(3.0 / 1.4)
 
 
 def test_up_is_capped_at_max() -> None:
-    assert POLICY.decide(snap(0.0, 1, [rep(0, 100_000)]), CFG, S0)[0] == 8
+    assert POLICY.decide(snapshot(0.0, 1, [rep(0, 100_000)]), CFG, S0)[0] == 8
 
 
 def test_backlog_term_waits_for_booting_replicas_then_acts_again() -> None:
     out, _ = run(
         [
-            snap(0.0, 1, [rep(0, 5600)]),  # -> 4
-            snap(2.0, 4, [rep(0, 8400)]),  # 3 replicas still booting: backlog growth ignored
-            snap(8.0, 4, [rep(i, 1300) for i in range(4)]),  # all serve; settle_s = 10 s
-            snap(17.0, 4, [rep(i, 1300) for i in range(4)]),
-            snap(18.5, 4, [rep(i, 2000) for i in range(4)]),  # settled, queues grow: 8 s -> 6
+            snapshot(0.0, 1, [rep(0, 5600)]),  # -> 4
+            snapshot(2.0, 4, [rep(0, 8400)]),  # 3 replicas still booting: backlog growth ignored
+            snapshot(8.0, 4, [rep(i, 1300) for i in range(4)]),  # all serve; settle_s = 10 s
+            snapshot(17.0, 4, [rep(i, 1300) for i in range(4)]),
+            snapshot(18.5, 4, [rep(i, 2000) for i in range(4)]),  # settled, queues grow: 8 s -> 6
         ]
     )
     assert out == [4, 4, 4, 4, 6]
@@ -77,20 +72,20 @@ def test_replicas_over_budget_do_not_count_as_room_for_arrivals() -> None:
     reps = [rep(0, 3000, prefill_load_tokens_per_s=1000.0)] + [
         rep(i, 300, prefill_load_tokens_per_s=500.0) for i in (1, 2)
     ]
-    desired, _ = POLICY.decide(snap(0.0, 3, reps), CFG, S0)
+    desired, _ = POLICY.decide(snapshot(0.0, 3, reps), CFG, S0)
     assert desired == 4  # ceil(2.0 / 0.9) = 3 unblocked + 1 blocked
 
 
 def test_rate_term_scales_before_a_queue_forms() -> None:
     # 3 replicas each prefilling 950 tok/s of 1000: 2.85 replica-equivalents / 0.9 -> 4
     hot = [rep(i, 0, prefill_load_tokens_per_s=950.0) for i in range(3)]
-    out, state = run([snap(t, 3, hot) for t in (0.0, 5.0, 10.0)])
+    out, state = run([snapshot(t, 3, hot) for t in (0.0, 5.0, 10.0)])
     assert out == [4, 4, 4]
     assert state.arrival == pytest.approx(2.85)
     # 2 replicas at 0.85 prefill utilisation, queues growing by 0.1 s of work per second each:
     # the backlog term stays at 2 (2 s / 1.4 s), arrivals ~1.9 replica-equivalents -> 3
     growing = [
-        snap(t, 2, [rep(i, 100 * t, prefill_load_tokens_per_s=850.0) for i in range(2)])
+        snapshot(t, 2, [rep(i, 100 * t, prefill_load_tokens_per_s=850.0) for i in range(2)])
         for t in range(0, 11)
     ]
     desired, state = run(growing)
@@ -103,24 +98,26 @@ def test_up_cooldown_applies_after_a_down_move() -> None:
     idle = _idle(3)
     state = S0
     for t, c in ((0.0, 3), (21.0, 3)):
-        desired, state = POLICY.decide(snap(t, c, idle), CFG, state)
+        desired, state = POLICY.decide(snapshot(t, c, idle), CFG, state)
     assert desired == 1  # exact: one idle replica is enough
     burst = [rep(0, 3500)]  # 3.5 s / 1.4 -> 3
-    assert POLICY.decide(snap(23.0, 1, burst), CFG, state)[0] == 1
-    assert POLICY.decide(snap(26.5, 1, burst), CFG, state)[0] == 3
+    assert POLICY.decide(snapshot(23.0, 1, burst), CFG, state)[0] == 1
+    assert POLICY.decide(snapshot(26.5, 1, burst), CFG, state)[0] == 3
 
 
 def test_starting_replicas_do_not_compound_the_target() -> None:
     # after the jump to 4, only one replica reports yet; the same backlog keeps the target at 4
-    out, _ = run([snap(float(t), 4, [rep(0, 5600)]) for t in range(0, 60, 6)])
+    out, _ = run([snapshot(float(t), 4, [rep(0, 5600)]) for t in range(0, 60, 6)])
     assert set(out) == {4}
 
 
 def test_rate_falls_back_to_remembered_then_prior() -> None:
     no_rate = [rep(0, 5600, rate=0.0)]
-    assert POLICY.decide(snap(0.0, 1, no_rate), CFG, TTFTQueueState(rate=2000.0))[0] == 2  # 2.8 s
+    assert (
+        POLICY.decide(snapshot(0.0, 1, no_rate), CFG, TTFTQueueState(rate=2000.0))[0] == 2
+    )  # 2.8 s
     cfg = ScalingConfig(max_replicas=8, params={"prior_prefill_tokens_per_s": 4000.0})
-    assert POLICY.decide(snap(0.0, 1, no_rate), cfg, S0)[0] == 1  # 1.4 s: not above budget
+    assert POLICY.decide(snapshot(0.0, 1, no_rate), cfg, S0)[0] == 1  # 1.4 s: not above budget
 
 
 def _idle(n: int) -> list[ReplicaMetrics]:
@@ -129,11 +126,11 @@ def _idle(n: int) -> list[ReplicaMetrics]:
 
 def test_scales_down_exactly_once_stable() -> None:
     # idle fleet of 6: not stable before 20 s, then straight to the smallest fleet that fits
-    out, _ = run([snap(t, 6, _idle(6)) for t in (0.0, 10.0, 21.0)])
+    out, _ = run([snapshot(t, 6, _idle(6)) for t in (0.0, 10.0, 21.0)])
     assert out == [6, 6, 1]
     # 2 replica-equivalents of sustained prefill: under 0.5 utilisation needs 4, not fewer
     warm = [rep(i, 0, prefill_load_tokens_per_s=2000.0 / 6) for i in range(6)]
-    out, _ = run([snap(t, 6, warm) for t in (0.0, 10.0, 21.0)])
+    out, _ = run([snapshot(t, 6, warm) for t in (0.0, 10.0, 21.0)])
     assert out == [6, 6, 4]
 
 
@@ -141,7 +138,7 @@ def test_max_downscale_step_caps_each_move_and_cooldown_spaces_them() -> None:
     cfg = ScalingConfig(min_replicas=1, max_replicas=8, params={"max_downscale_step": 1})
     times = [0.0, 10.0, 21.0, 25.0, 50.0, 51.5, 82.0, 120.0]
     currents = [4, 4, 4, 3, 3, 3, 2, 1]
-    out, _ = run([snap(t, c, _idle(c)) for t, c in zip(times, currents, strict=True)], cfg)
+    out, _ = run([snapshot(t, c, _idle(c)) for t, c in zip(times, currents, strict=True)], cfg)
     # not stable before 20 s; then one replica; then wait for the 30 s down-cooldown
     assert out == [4, 4, 3, 3, 3, 2, 1, 1]
 
@@ -152,13 +149,13 @@ def test_no_scale_down_when_fewer_replicas_would_break_the_slo() -> None:
     kv_heavy = [rep(i, 0, kv_usage=0.5) for i in range(2)]  # 1.0 on one replica > 0.75
     slow = [rep(0, 0, ttft_p95_s=2.5, running=3), rep(1, 0)]  # observed TTFT above the SLO
     for reps in (busy, backlog, kv_heavy, slow):
-        out, _ = run([snap(float(t), 2, reps) for t in range(0, 200, 10)])
+        out, _ = run([snapshot(float(t), 2, reps) for t in range(0, 200, 10)])
         assert set(out) == {2}, reps
 
 
 def test_stale_p95_of_an_idle_replica_does_not_block_scale_down() -> None:
     idle = [rep(0, 0, ttft_p95_s=9.0), rep(1, 0)]  # P95 from a burst long gone, nothing running
-    out, _ = run([snap(float(t), 2, idle) for t in range(0, 200, 10)])
+    out, _ = run([snapshot(float(t), 2, idle) for t in range(0, 200, 10)])
     assert 1 in out
 
 
@@ -166,7 +163,7 @@ def test_hysteresis_holds_count_under_jittery_load() -> None:
     rng = random.Random(7)
     out, _ = run(
         [  # mean predicted delay jitters between 0.55 B and 0.95 B per replica at 3 replicas
-            snap(
+            snapshot(
                 t * 0.5,
                 3,
                 [rep(i, rng.uniform(770, 1330), prefill_load_tokens_per_s=550.0) for i in range(3)],
@@ -180,11 +177,11 @@ def test_hysteresis_holds_count_under_jittery_load() -> None:
 def test_up_resets_pending_scale_down() -> None:
     out, _ = run(
         [
-            snap(0.0, 3, _idle(3)),
-            snap(15.0, 3, [rep(0, 7000), *_idle(2)]),  # burst: 7 s of work -> 5
-            snap(25.0, 5, _idle(5)),  # idle again: a fresh 20 s stability window starts
-            snap(40.0, 5, _idle(5)),
-            snap(46.0, 5, _idle(5)),  # stable 21 s and 31 s after the last move
+            snapshot(0.0, 3, _idle(3)),
+            snapshot(15.0, 3, [rep(0, 7000), *_idle(2)]),  # burst: 7 s of work -> 5
+            snapshot(25.0, 5, _idle(5)),  # idle again: a fresh 20 s stability window starts
+            snapshot(40.0, 5, _idle(5)),
+            snapshot(46.0, 5, _idle(5)),  # stable 21 s and 31 s after the last move
         ]
     )
     assert out == [3, 5, 5, 5, 1]
@@ -192,20 +189,22 @@ def test_up_resets_pending_scale_down() -> None:
 
 def test_scale_to_zero_and_back_on_pending_requests() -> None:
     cfg = ScalingConfig(min_replicas=0, max_replicas=4)
-    out, state = run([snap(t, 1, [rep(0)]) for t in (0.0, 10.0, 31.0)], cfg)
+    out, state = run([snapshot(t, 1, [rep(0)]) for t in (0.0, 10.0, 31.0)], cfg)
     assert out == [1, 1, 0]
     busy_one = [rep(0, ongoing=1.0)]
-    assert run([snap(t, 1, busy_one) for t in (0.0, 31.0, 62.0)], cfg)[0] == [1, 1, 1]
-    assert run([snap(t, 1, []) for t in (0.0, 31.0, 62.0)], cfg)[0] == [1, 1, 1]  # no metrics
-    desired, _ = POLICY.decide(snap(40.0, 0, [], pending=3), cfg, state)
+    assert run([snapshot(t, 1, busy_one) for t in (0.0, 31.0, 62.0)], cfg)[0] == [1, 1, 1]
+    assert run([snapshot(t, 1, []) for t in (0.0, 31.0, 62.0)], cfg)[0] == [1, 1, 1]  # no metrics
+    desired, _ = POLICY.decide(snapshot(40.0, 0, [], pending=3), cfg, state)
     assert desired == 1
 
 
 def test_bounds_are_enforced() -> None:
-    assert POLICY.decide(snap(0.0, 0, []), CFG, S0)[0] == 1
-    assert POLICY.decide(snap(0.0, 0, [], pending=1), CFG, TTFTQueueState(rate=1000.0))[0] == 1
-    assert POLICY.decide(snap(0.0, 10, _idle(10)), CFG, S0)[0] == 8
-    assert POLICY.decide(snap(0.0, 0, [rep(0, 5600)]), CFG, S0)[0] == 4  # below min, big backlog
+    assert POLICY.decide(snapshot(0.0, 0, []), CFG, S0)[0] == 1
+    assert POLICY.decide(snapshot(0.0, 0, [], pending=1), CFG, TTFTQueueState(rate=1000.0))[0] == 1
+    assert POLICY.decide(snapshot(0.0, 10, _idle(10)), CFG, S0)[0] == 8
+    assert (
+        POLICY.decide(snapshot(0.0, 0, [rep(0, 5600)]), CFG, S0)[0] == 4
+    )  # below min, big backlog
 
 
 def test_boot_time_discounts_backlog_the_fleet_drains_before_new_replicas_serve() -> None:
@@ -213,12 +212,12 @@ def test_boot_time_discounts_backlog_the_fleet_drains_before_new_replicas_serve(
     reps = [rep(i, 2000) for i in range(4)]
     no_boot = ScalingConfig(min_replicas=1, max_replicas=16, ttft_slo_s=2.0)
     boot = ScalingConfig(min_replicas=1, max_replicas=16, ttft_slo_s=2.0, params={"boot_s": 30.0})
-    assert POLICY.decide(snap(0.0, 4, reps), no_boot, S0)[0] == 6  # ceil(8 s / 1.4 s)
-    assert POLICY.decide(snap(0.0, 4, reps), boot, S0)[0] == 4  # nothing left after 30 s
+    assert POLICY.decide(snapshot(0.0, 4, reps), no_boot, S0)[0] == 6  # ceil(8 s / 1.4 s)
+    assert POLICY.decide(snapshot(0.0, 4, reps), boot, S0)[0] == 4  # nothing left after 30 s
 
 
 def _steady(t: float, n: int, load_per_replica: float) -> MetricsSnapshot:
-    return snap(t, n, [rep(i, 0, prefill_load_tokens_per_s=load_per_replica) for i in range(n)])
+    return snapshot(t, n, [rep(i, 0, prefill_load_tokens_per_s=load_per_replica) for i in range(n)])
 
 
 BURST = {"burst_hold_s": 300.0, "burst_utilization": 0.5, "fast_tau_s": 0.0}
@@ -281,11 +280,11 @@ def test_knobs_arrive_only_as_typed_params() -> None:
             check_params("ttft-queue", {removed: 1.0})
         assert removed in str(err.value)
     strict = ScalingConfig(params={"headroom": 0.35})  # halves the budget: 5.6 s / 0.7 s
-    assert POLICY.decide(snap(0.0, 1, [rep(0, 5600)]), strict, S0)[0] == 8
+    assert POLICY.decide(snapshot(0.0, 1, [rep(0, 5600)]), strict, S0)[0] == 8
 
 
 def test_decide_returns_new_state_and_leaves_the_old_one() -> None:
-    desired, state = POLICY.decide(snap(5.0, 1, [rep(0, 5600)]), CFG, S0)
+    desired, state = POLICY.decide(snapshot(5.0, 1, [rep(0, 5600)]), CFG, S0)
     assert TTFTQueueState() == S0
     assert state is not S0
     assert (desired, state.last_up_at, state.last_scale_at, state.settling) == (4, 5.0, 5.0, True)

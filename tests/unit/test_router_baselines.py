@@ -9,13 +9,9 @@ import pytest
 
 from router.registry import POLICY_NAMES, RAY_NATIVE_ROUTERS, make_policy
 from router.types import ReplicaGone, ReplicaView, Routed, RoutingPolicy
-from router.views import make_request_view
+from tests.fakes import request
 
 SYSTEM = list(range(1000, 1256))
-
-
-def _req(rid: str, tokens: list[int], session: str | None = None):
-    return make_request_view(rid, tokens, block_size=16, session_id=session)
 
 
 def _route(policy: RoutingPolicy, req, views, now: float = 0.0) -> str:
@@ -27,7 +23,7 @@ def _route(policy: RoutingPolicy, req, views, now: float = 0.0) -> str:
 def test_round_robin_cycles_in_id_order_and_skips_unavailable() -> None:
     p = make_policy("round-robin")
     views = [ReplicaView("a"), ReplicaView("b", healthy=False), ReplicaView("c")]
-    assert [_route(p, _req(str(k), SYSTEM), views) for k in range(4)] == ["a", "c", "a", "c"]
+    assert [_route(p, request(str(k), SYSTEM), views) for k in range(4)] == ["a", "c", "a", "c"]
 
 
 def test_least_loaded_picks_minimum_queue() -> None:
@@ -37,13 +33,13 @@ def test_least_loaded_picks_minimum_queue() -> None:
         ReplicaView("b", waiting=1, running=1),
         ReplicaView("c", ongoing=5),
     ]
-    assert p.choose(_req("1", SYSTEM), views).replica_id == "b"
+    assert p.choose(request("1", SYSTEM), views).replica_id == "b"
 
 
 def test_p2c_never_picks_the_most_loaded_of_three() -> None:
     p = make_policy("p2c", seed=4)
     views = [ReplicaView("a", ongoing=0), ReplicaView("b", ongoing=5), ReplicaView("c", ongoing=9)]
-    picks = Counter(p.choose(_req(str(k), SYSTEM), views).replica_id for k in range(300))
+    picks = Counter(p.choose(request(str(k), SYSTEM), views).replica_id for k in range(300))
     assert picks["c"] == 0
     assert picks["a"] > picks["b"] > 0
 
@@ -51,15 +47,17 @@ def test_p2c_never_picks_the_most_loaded_of_three() -> None:
 def test_consistent_hash_is_sticky_per_prefix_and_session_and_bounded() -> None:
     p = make_policy("consistent-hash")
     views = [ReplicaView(f"r{i}") for i in range(8)]
-    homes = {_route(p, _req(str(k), SYSTEM + [k] * 20), views) for k in range(20)}
+    homes = {_route(p, request(str(k), SYSTEM + [k] * 20), views) for k in range(20)}
     assert len(homes) == 1  # same first 4 blocks -> same replica
-    sessions = {p.choose(_req(str(k), [k] * 70, session="s1"), views).replica_id for k in range(10)}
+    sessions = {
+        p.choose(request(str(k), [k] * 70, session="s1"), views).replica_id for k in range(10)
+    }
     assert len(sessions) == 1
-    spread = {p.choose(_req(str(k), [k] * 70), views).replica_id for k in range(200)}
+    spread = {p.choose(request(str(k), [k] * 70), views).replica_id for k in range(200)}
     assert len(spread) == 8
     home = homes.pop()
     loaded = [ReplicaView(v.replica_id, ongoing=10 if v.replica_id == home else 1) for v in views]
-    d = p.choose(_req("x", SYSTEM), loaded)
+    d = p.choose(request("x", SYSTEM), loaded)
     assert d.replica_id != home
     assert d.reason == "balance"
 
@@ -67,25 +65,25 @@ def test_consistent_hash_is_sticky_per_prefix_and_session_and_bounded() -> None:
 def test_sglang_tree_affinity_smallest_tree_and_imbalance_rules() -> None:
     p = make_policy("sglang-tree", config={"sglang_balance_abs_threshold": 4})
     views = [ReplicaView("a"), ReplicaView("b")]
-    first = p.choose(_req("1", SYSTEM), views)
+    first = p.choose(request("1", SYSTEM), views)
     assert first.reason == "fallback"
-    p.observe(Routed(_req("1", SYSTEM), first.replica_id, 0.0))
-    d = p.choose(_req("2", SYSTEM + [7] * 16), views)
+    p.observe(Routed(request("1", SYSTEM), first.replica_id, 0.0))
+    d = p.choose(request("2", SYSTEM + [7] * 16), views)
     assert (d.replica_id, d.reason) == (first.replica_id, "affinity")  # 16/17 > 0.5
     other = "b" if first.replica_id == "a" else "a"
-    cold = p.choose(_req("3", list(range(9000, 9256))), views)
+    cold = p.choose(request("3", list(range(9000, 9256))), views)
     assert (cold.replica_id, cold.reason) == (other, "fallback")  # smallest tree
     skew = [ReplicaView(first.replica_id, ongoing=10), ReplicaView(other, ongoing=1)]
-    d = p.choose(_req("4", SYSTEM), skew)
+    d = p.choose(request("4", SYSTEM), skew)
     assert (d.replica_id, d.reason) == (other, "balance")  # 10 - 1 > 4
     p.observe(ReplicaGone(first.replica_id, 1.0))
-    assert p.choose(_req("5", SYSTEM), views).reason == "fallback"
+    assert p.choose(request("5", SYSTEM), views).reason == "fallback"
 
 
 def test_oracle_uses_exact_cache_lookup() -> None:
     truth = {"a": 0, "b": 16}
     p = make_policy("oracle", cache_lookup=lambda rid, hashes: min(truth[rid], len(hashes)))
-    d = p.choose(_req("1", SYSTEM), [ReplicaView("a"), ReplicaView("b")])
+    d = p.choose(request("1", SYSTEM), [ReplicaView("a"), ReplicaView("b")])
     assert (d.replica_id, d.reason, d.matched_blocks) == ("b", "affinity", 16)
     with pytest.raises(ValueError, match="cache_lookup"):
         make_policy("oracle")
@@ -98,7 +96,7 @@ def test_registry_builds_every_name_and_refuses_ray_native() -> None:
         p = make_policy(name, seed=1, block_size=16, clock=lambda: 0.0, config={}, **kw)
         assert isinstance(p, RoutingPolicy)
         assert p.name == name
-        assert _route(p, _req("1", SYSTEM), views) in {"a", "b"}
+        assert _route(p, request("1", SYSTEM), views) in {"a", "b"}
     for name in RAY_NATIVE_ROUTERS:
         with pytest.raises(ValueError, match="Ray Serve's own router"):
             make_policy(name)
@@ -111,7 +109,7 @@ def test_registry_builds_every_name_and_refuses_ray_native() -> None:
 
 def test_same_seed_same_decisions() -> None:
     rng = random.Random(0)
-    reqs = [_req(str(k), [rng.randrange(100) for _ in range(64)]) for k in range(50)]
+    reqs = [request(str(k), [rng.randrange(100) for _ in range(64)]) for k in range(50)]
     views = [ReplicaView(f"r{i}") for i in range(4)]
     for name in ("prefix", "p2c", "sglang-tree"):
         a, b = make_policy(name, seed=9), make_policy(name, seed=9)

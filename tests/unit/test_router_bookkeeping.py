@@ -25,7 +25,7 @@ from router.types import (
     RoutingPolicy,
 )
 from router.views import make_request_view
-from tests.unit.test_router_serve_adapter import FakeReplica, _pending, _router
+from tests.fakes import FakeReplica, pending_request, serve_router
 
 REPORT = ReplicaStats(waiting=2, running=1, waiting_prefill_tokens=300)
 NONE = UNREPORTED
@@ -127,7 +127,7 @@ def _twin(fresh: bool) -> Recorder:
 
 
 async def _replay_through_adapter(twin_log: list[Any], fresh: bool) -> Recorder:
-    router = _router(policy="prefix", seed=7, block_size=16, config=POLICY["config"])
+    router = serve_router(policy="prefix", seed=7, block_size=16, config=POLICY["config"])
     if fresh:
         router.book = FleetBook(block_size=16, fresh_reports=True)
     spy = Recorder(router.policy)
@@ -143,7 +143,7 @@ async def _replay_through_adapter(twin_log: list[Any], fresh: bool) -> Recorder:
                 fake.routing_stats = stats.to_wire()  # what record_routing_stats returns
                 router.replica_queue_len_cache.update(fake.replica_id, ongoing)
             candidates = [fakes[rid] for rid, _, _ in reports]
-            await router.choose_replicas(candidates, _pending(request, request.request_id))
+            await router.choose_replicas(candidates, pending_request(request, request.request_id))
         elif entry[0] == "event":
             now = entry[1].now
             _forward(router, fakes, entry[1])
@@ -152,7 +152,7 @@ async def _replay_through_adapter(twin_log: list[Any], fresh: bool) -> Recorder:
 
 def _forward(router: Any, fakes: dict[str, FakeReplica], event: RouterEvent) -> None:
     if isinstance(event, Routed):
-        pending = _pending(event.request, event.request.request_id)
+        pending = pending_request(event.request, event.request.request_id)
         router.on_request_routed(pending, fakes[event.replica_id].replica_id, None)
     elif isinstance(event, Completed):
         router.on_request_completed(fakes[event.replica_id].replica_id, event.request_id)

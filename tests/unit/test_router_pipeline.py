@@ -23,12 +23,9 @@ from router.types import (
     Routed,
 )
 from router.views import make_request_view
+from tests.fakes import request
 
 SYSTEM = list(range(1000, 1256))  # 256-token shared prefix = 16 blocks
-
-
-def _req(rid: str, tokens: list[int], session: str | None = None):
-    return make_request_view(rid, tokens, block_size=16, session_id=session)
 
 
 def _views(n: int, **kw) -> list[ReplicaView]:
@@ -43,32 +40,32 @@ def test_filters_drop_unhealthy_draining_and_full() -> None:
         ReplicaView("full", ongoing=4, max_ongoing=4),
         ReplicaView("ok", ongoing=3, max_ongoing=4),
     ]
-    assert p.choose(_req("1", SYSTEM), views).replica_id == "ok"
+    assert p.choose(request("1", SYSTEM), views).replica_id == "ok"
     with pytest.raises(NoReplicaAvailable):
-        p.choose(_req("2", SYSTEM), views[:3])
+        p.choose(request("2", SYSTEM), views[:3])
 
 
 def test_affinity_then_balance_then_fallback_reasons() -> None:
     p = PrefixAwarePolicy()
-    first = _req("1", [*SYSTEM, 1])
+    first = request("1", [*SYSTEM, 1])
     views = _views(4)
     d0 = p.choose(first, views)
     assert d0.reason == "fallback"  # nobody holds the prefix yet
     p.observe(Routed(first, d0.replica_id, 0.0))
-    d1 = p.choose(_req("2", SYSTEM + [2] * 16), views)
+    d1 = p.choose(request("2", SYSTEM + [2] * 16), views)
     assert (d1.replica_id, d1.reason, d1.matched_blocks) == (d0.replica_id, "affinity", 16)
     # the holder is far over its fair share: bounded load sends the request elsewhere
     loaded = [
         ReplicaView(v.replica_id, ongoing=12 if v.replica_id == d0.replica_id else 0) for v in views
     ]
-    d2 = p.choose(_req("3", SYSTEM), loaded)
+    d2 = p.choose(request("3", SYSTEM), loaded)
     assert d2.replica_id != d0.replica_id
     assert d2.reason == "balance"
 
 
 def test_choose_does_not_mutate_and_tie_break_uses_injected_rng() -> None:
     views = _views(8)
-    req = _req("1", SYSTEM)
+    req = request("1", SYSTEM)
     picks = {
         PrefixAwarePolicy(rng=random.Random(s)).choose(req, views).replica_id for s in range(20)
     }
@@ -82,14 +79,14 @@ def test_choose_does_not_mutate_and_tie_break_uses_injected_rng() -> None:
 
 def test_ttft_weight_trades_cache_hit_against_long_queue() -> None:
     p = PrefixAwarePolicy(config=RouterConfig.from_dict({"load_slack": 100.0}))
-    p.observe(Routed(_req("0", SYSTEM), "hit", 0.0))
+    p.observe(Routed(request("0", SYSTEM), "hit", 0.0))
     views = [
         ReplicaView("hit", waiting_prefill_tokens=20_000, prefill_tokens_per_s=1000.0),
         ReplicaView("cold", prefill_tokens_per_s=1000.0),
     ]
-    assert p.choose(_req("1", SYSTEM), views).replica_id == "cold"  # 20 s queue vs 0.26 s cold
+    assert p.choose(request("1", SYSTEM), views).replica_id == "cold"  # 20 s queue vs 0.26 s cold
     views[0] = ReplicaView("hit", waiting_prefill_tokens=100, prefill_tokens_per_s=1000.0)
-    assert p.choose(_req("2", SYSTEM), views).replica_id == "hit"
+    assert p.choose(request("2", SYSTEM), views).replica_id == "hit"
 
 
 def _simulate_hot_prefix(config: dict, steps: int = 1500, n: int = 8, conc: int = 32, slack=0.25):
@@ -104,7 +101,7 @@ def _simulate_hot_prefix(config: dict, steps: int = 1500, n: int = 8, conc: int 
             ongoing[inflight.pop(rng.randrange(len(inflight)))] -= 1
         hot = rng.random() < 0.8
         tokens = (SYSTEM if hot else [rng.randrange(50_000) for _ in range(256)]) + [k] * 16
-        req = _req(str(k), tokens)
+        req = request(str(k), tokens)
         views = [ReplicaView(r, ongoing=c) for r, c in sorted(ongoing.items())]
         d = policy.choose(req, views)
         policy.observe(Routed(req, d.replica_id, float(k)))
@@ -161,13 +158,13 @@ def test_without_load_bound_hot_prefix_piles_on_one_replica() -> None:
 def test_precise_mode_follows_kv_events_and_falls_back_when_they_stop() -> None:
     now = [0.0]
     p = PrefixAwarePolicy(mode=MODE_PRECISE, clock=lambda: now[0])
-    req = _req("1", SYSTEM)
+    req = request("1", SYSTEM)
     views = _views(2)
     p.observe(Routed(req, "r0", 0.0))
     assert p.matches(req, views)["r0"] == 16  # speculative: before the engine's BlockStored
     p.observe(KVBlocksRemoved("r0", req.block_hashes[8:], 0.6))  # the engine evicted these
     assert p.matches(req, views)["r0"] == 8
-    other = _req("2", list(range(5000, 5256)))
+    other = request("2", list(range(5000, 5256)))
     p.observe(KVBlocksStored("r1", other.block_hashes, 0.7))  # cached for another router
     assert p.choose(other, views).replica_id == "r1"
     # r1 gets requests but never reports: after fallback_after_s it is flagged stale
@@ -184,7 +181,7 @@ def test_precise_mode_follows_kv_events_and_falls_back_when_they_stop() -> None:
 
 def test_approximate_mode_ignores_kv_events_and_replica_gone_forgets() -> None:
     p = PrefixAwarePolicy()
-    req = _req("1", SYSTEM)
+    req = request("1", SYSTEM)
     p.observe(KVBlocksStored("r0", req.block_hashes, 0.0))
     assert p.index.size() == 0
     p.observe(Routed(req, "r0", 0.0))
@@ -196,7 +193,7 @@ def test_capacity_from_replica_view_caps_the_lru() -> None:
     p = PrefixAwarePolicy()
     views = [ReplicaView("r0", kv_capacity_tokens=160)]  # 10 blocks of 16
     for k in range(5):
-        req = _req(str(k), [k] * 64)
+        req = request(str(k), [k] * 64)
         p.observe(Routed(req, p.choose(req, views).replica_id, 0.0))
     assert p.index.size("r0") == 10
 
@@ -204,13 +201,13 @@ def test_capacity_from_replica_view_caps_the_lru() -> None:
 def test_restart_rebuild_from_export_gives_same_decisions() -> None:
     p = PrefixAwarePolicy(rng=random.Random(1))
     views = _views(4)
-    reqs = [_req(str(k), [k % 5] * 200 + [k]) for k in range(40)]
+    reqs = [request(str(k), [k % 5] * 200 + [k]) for k in range(40)]
     for r in reqs:
         p.observe(Routed(r, p.choose(r, views).replica_id, 0.0))
     snapshot = json.loads(json.dumps(p.index.export()))
     fresh = PrefixAwarePolicy(rng=random.Random(1))
     restored = PrefixAwarePolicy(rng=random.Random(1), index=PrefixIndex.from_export(snapshot))
-    probes = [_req(f"p{k}", [k] * 200) for k in range(5)]
+    probes = [request(f"p{k}", [k] * 200) for k in range(5)]
     assert [restored.choose(q, views) for q in probes] == [p.choose(q, views) for q in probes]
     assert all(fresh.choose(q, views).reason == "fallback" for q in probes)
 

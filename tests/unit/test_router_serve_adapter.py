@@ -6,42 +6,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from types import SimpleNamespace
 from typing import Any
-
-from ray.serve._private.common import DeploymentHandleSource, DeploymentID, ReplicaID
 
 from contracts.stats import UNREPORTED, ReplicaStats
 from router.bookkeeping import PENDING_TTL_S
-from router.serve_router import LLMFleetRequestRouter, rank_tiers, request_view_of
+from router.serve_router import rank_tiers, request_view_of
 from router.types import RoutingDecision
 from router.views import make_request_view, replica_view_from_stats
+from tests.fakes import FakeReplica, pending_request, serve_router
 
-DEP = DeploymentID(name="llm", app_name="app")
 SYSTEM = list(range(1000, 1256))
-
-
-class FakeReplica:
-    def __init__(self, uid: str, stats: dict[str, float] | None = None, max_ongoing: int = 8):
-        self.replica_id = ReplicaID(unique_id=uid, deployment_id=DEP)
-        self.routing_stats: dict[str, Any] = stats or {}
-        self.max_ongoing_requests = max_ongoing
-
-    async def get_queue_len(self, *, deadline_s: float) -> int:  # noqa: ARG002 (Serve's signature)
-        return 0
-
-
-def _pending(view: Any, internal_id: str) -> Any:
-    payload = {"view": view, "body": {}} if view is not None else {"body": {}}
-    return SimpleNamespace(
-        args=[payload], kwargs={}, metadata=SimpleNamespace(internal_request_id=internal_id)
-    )
-
-
-def _router(**kw: Any) -> LLMFleetRequestRouter:
-    r = LLMFleetRequestRouter(deployment_id=DEP, handle_source=DeploymentHandleSource.UNKNOWN)
-    r.initialize_state(**kw)
-    return r
 
 
 def test_replica_view_from_replica_stats() -> None:
@@ -72,8 +46,8 @@ def test_replica_view_from_replica_stats() -> None:
 
 def test_request_view_lookup_and_rank_tiers() -> None:
     view = make_request_view("r1", SYSTEM)
-    assert request_view_of(_pending(view, "i1")) is view
-    assert request_view_of(_pending(None, "i2")) is None
+    assert request_view_of(pending_request(view, "i1")) is view
+    assert request_view_of(pending_request(None, "i2")) is None
     assert request_view_of(None) is None
     reps = [FakeReplica("a"), FakeReplica("b"), FakeReplica("c")]
     tiers = rank_tiers(RoutingDecision("b", "affinity", {"a": 0.1, "b": 2.0, "c": 0.9}), reps)
@@ -81,23 +55,23 @@ def test_request_view_lookup_and_rank_tiers() -> None:
 
 
 async def test_choose_observe_complete_cycle_learns_affinity() -> None:
-    router = _router(policy="prefix", config={"load_slack": 4.0}, seed=3)
+    router = serve_router(policy="prefix", config={"load_slack": 4.0}, seed=3)
     reps = [FakeReplica(u, ReplicaStats(kv_capacity_tokens=16_000).to_wire()) for u in "abcd"]
     router.update_replicas(reps)
     first = make_request_view("r1", [*SYSTEM, 1])
-    tiers = await router.choose_replicas(reps, _pending(first, "i1"))
+    tiers = await router.choose_replicas(reps, pending_request(first, "i1"))
     chosen = tiers[0][0]
     assert len(tiers) == 2
     assert len(tiers[1]) == 3
     assert router.replica_view(chosen).ongoing == 1  # decided, not yet routed: pending
-    router.on_request_routed(_pending(first, "i1"), chosen.replica_id, None)
+    router.on_request_routed(pending_request(first, "i1"), chosen.replica_id, None)
     assert router.replica_view(chosen).ongoing == 1
     assert not router.book.pending
     second = make_request_view("r2", SYSTEM)
-    again = await router.choose_replicas(reps, _pending(second, "i2"))
+    again = await router.choose_replicas(reps, pending_request(second, "i2"))
     assert again[0][0] is chosen
     assert router.replica_view(chosen).ongoing == 2
-    router.on_request_routed(_pending(second, "i2"), chosen.replica_id, None)
+    router.on_request_routed(pending_request(second, "i2"), chosen.replica_id, None)
     router.on_request_completed(chosen.replica_id, "i1")
     router.on_request_completed(chosen.replica_id, "i2")
     assert router.replica_view(chosen).ongoing == 0
@@ -105,15 +79,15 @@ async def test_choose_observe_complete_cycle_learns_affinity() -> None:
 
 
 async def test_missing_view_falls_back_to_p2c_and_gone_replica_is_forgotten() -> None:
-    router = _router(policy="prefix", single_caller=False)  # trust reported queues as-is
+    router = serve_router(policy="prefix", single_caller=False)  # trust reported queues as-is
     busy = FakeReplica("busy", ReplicaStats(waiting=20).to_wire())
     idle = FakeReplica("idle", ReplicaStats().to_wire())
     router.update_replicas([busy, idle])
-    tiers = await router.choose_replicas([busy, idle], _pending(None, "i1"))
+    tiers = await router.choose_replicas([busy, idle], pending_request(None, "i1"))
     assert tiers[0] == [idle]
     assert router.decision_counts["fallback"] == 1
     view = make_request_view("r", SYSTEM)
-    router.on_request_routed(_pending(view, "i2"), idle.replica_id, None)
+    router.on_request_routed(pending_request(view, "i2"), idle.replica_id, None)
     assert router.policy.index.size("idle") == 16  # type: ignore[attr-defined]
     router.update_replicas([busy])  # idle left the deployment
     assert router.policy.index.size("idle") == 0  # type: ignore[attr-defined]
@@ -123,37 +97,39 @@ async def test_missing_view_falls_back_to_p2c_and_gone_replica_is_forgotten() ->
 
 
 async def test_all_unavailable_returns_every_candidate_as_one_tier() -> None:
-    router = _router(policy="least-loaded")
+    router = serve_router(policy="least-loaded")
     down = ReplicaStats(healthy=False).to_wire()
     reps = [FakeReplica("a", down), FakeReplica("b", down)]
-    tiers = await router.choose_replicas(reps, _pending(make_request_view("r", SYSTEM), "i"))
+    tiers = await router.choose_replicas(reps, pending_request(make_request_view("r", SYSTEM), "i"))
     assert tiers == [reps]
     assert router.decision_counts["fallback"] == 1
     assert await router.choose_replicas([], None) == []
 
 
 async def test_single_caller_ignores_stale_queue_reports_of_idle_replicas() -> None:
-    router = _router(policy="prefix")
+    router = serve_router(policy="prefix")
     stale = FakeReplica("stale", ReplicaStats(waiting=1, waiting_prefill_tokens=544).to_wire())
     view = router.replica_view(stale)
     assert (view.waiting, view.waiting_prefill_tokens) == (0, 0)  # nothing of ours in flight there
-    router.on_request_routed(_pending(make_request_view("r", SYSTEM), "i1"), stale.replica_id, None)
+    router.on_request_routed(
+        pending_request(make_request_view("r", SYSTEM), "i1"), stale.replica_id, None
+    )
     assert router.replica_view(stale).waiting_prefill_tokens == 544
 
 
 async def test_burst_between_stats_reports_counts_own_outstanding_prefill() -> None:
-    router = _router(policy="prefix")
+    router = serve_router(policy="prefix")
     stats = ReplicaStats(prefill_tokens_per_s=100.0).to_wire()
     a, b = FakeReplica("a", stats), FakeReplica("b", stats)
     router.update_replicas([a, b])
     first = make_request_view("r1", list(range(5000, 5512)))
-    tiers = await router.choose_replicas([a, b], _pending(first, "i1"))
+    tiers = await router.choose_replicas([a, b], pending_request(first, "i1"))
     chosen = tiers[0][0]
-    router.on_request_routed(_pending(first, "i1"), chosen.replica_id, None)
+    router.on_request_routed(pending_request(first, "i1"), chosen.replica_id, None)
     # the replica's next stats report has not arrived, but the router knows what it sent
     assert router.replica_view(chosen).waiting_prefill_tokens >= 500
     second = make_request_view("r2", list(range(9000, 9512)))  # unrelated prompt
-    tiers = await router.choose_replicas([a, b], _pending(second, "i2"))
+    tiers = await router.choose_replicas([a, b], pending_request(second, "i2"))
     assert tiers[0][0] is not chosen
 
 
@@ -165,10 +141,10 @@ async def test_precise_router_subscribes_counts_and_learns_kv_events(tmp_path: A
     template = f"ipc://{tmp_path}/kv-{{replica_id}}.sock"
     pub = zmq.Context.instance().socket(zmq.PUB)
     pub.bind(template.format(replica_id="a"))
-    router = _router(policy="prefix-precise", kv_events_endpoint_template=template)
+    router = serve_router(policy="prefix-precise", kv_events_endpoint_template=template)
     reps = [FakeReplica("a"), FakeReplica("b")]
     try:
-        await router.choose_replicas(reps, _pending(make_request_view("r0", SYSTEM), "i0"))
+        await router.choose_replicas(reps, pending_request(make_request_view("r0", SYSTEM), "i0"))
         assert set(router.subscribers) == {"a", "b"}  # one SUB socket per replica
         deadline = asyncio.get_running_loop().time() + 5.0
         seq = 0
@@ -187,23 +163,23 @@ async def test_precise_router_subscribes_counts_and_learns_kv_events(tmp_path: A
 
 async def test_burst_of_concurrent_decisions_counts_pending_and_respects_the_bound() -> None:
     # 32 requests with one prefix decided before Ray reports any of them routed
-    router = _router(policy="prefix", seed=1)
+    router = serve_router(policy="prefix", seed=1)
     reps = [FakeReplica(u, ReplicaStats(kv_capacity_tokens=16_000).to_wire()) for u in "abcd"]
     router.update_replicas(reps)
     chosen = []
     for i in range(32):
         view = make_request_view(f"r{i}", [*SYSTEM, i])
-        tiers = await router.choose_replicas(reps, _pending(view, f"i{i}"))
+        tiers = await router.choose_replicas(reps, pending_request(view, f"i{i}"))
         chosen.append(tiers[0][0].replica_id.unique_id)
         if i == 0:  # the first one is routed, so the index learns the prefix's owner
-            router.on_request_routed(_pending(view, "i0"), tiers[0][0].replica_id, None)
+            router.on_request_routed(pending_request(view, "i0"), tiers[0][0].replica_id, None)
     counts = collections.Counter(chosen)
     assert len(counts) >= 3, counts
     assert max(counts.values()) <= 16, counts  # 2x fair share at most
     assert sum(router.book.pending.values()) == 31
     # a decision asked again for the same request does not count twice; stale ones expire
     view = make_request_view("r5", [*SYSTEM, 5])
-    await router.choose_replicas(reps, _pending(view, "i5"))
+    await router.choose_replicas(reps, pending_request(view, "i5"))
     assert sum(router.book.pending.values()) == 31
     router.book.expire(time.monotonic() + PENDING_TTL_S + 1)
     assert not router.book.pending

@@ -1,0 +1,101 @@
+"""Fakes and builders shared by the tests (one home: no fake is copied between files).
+
+- Load generator: ``sse_server`` (a local OpenAI-shaped SSE server on 127.0.0.1,
+  ``bench.stub_server``) and ``closed_port`` (a port nothing listens on).
+- Router: ``request`` (a ``RequestView`` with block size 16), ``FakeReplica`` (what Serve's
+  ``RunningReplica`` offers the request router), ``pending_request`` (Serve's
+  ``PendingRequest`` carrying the ingress payload) and ``serve_router`` (the Ray adapter,
+  built without a cluster).
+- Autoscaler: ``snapshot`` (a ``MetricsSnapshot`` from a list of replica metrics).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from types import SimpleNamespace
+from typing import Any
+
+from autoscaler.types import MetricsSnapshot, ReplicaMetrics
+from bench.stub_server import StubServer
+from router.types import RequestView
+from router.views import make_request_view
+
+# ---- load generator ----------------------------------------------------------------
+
+
+@asynccontextmanager
+async def sse_server(
+    mode: str = "ok", chunks: int = 4, delay_s: float = 0.0
+) -> AsyncIterator[StubServer]:
+    server = StubServer(mode, chunks, delay_s)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def closed_port() -> int:
+    """A port that was free a moment ago (bind, read the number, close)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---- router ------------------------------------------------------------------------
+
+
+def request(rid: str, tokens: Sequence[int], session: str | None = None) -> RequestView:
+    return make_request_view(rid, tokens, block_size=16, session_id=session)
+
+
+def _deployment_id() -> Any:
+    from ray.serve._private.common import DeploymentID
+
+    return DeploymentID(name="llm", app_name="app")
+
+
+class FakeReplica:
+    """The part of Serve's ``RunningReplica`` the request router reads."""
+
+    def __init__(self, uid: str, stats: dict[str, float] | None = None, max_ongoing: int = 8):
+        from ray.serve._private.common import ReplicaID
+
+        self.replica_id = ReplicaID(unique_id=uid, deployment_id=_deployment_id())
+        self.routing_stats: dict[str, Any] = stats or {}
+        self.max_ongoing_requests = max_ongoing
+
+    async def get_queue_len(self, *, deadline_s: float) -> int:  # noqa: ARG002 (Serve's signature)
+        return 0
+
+
+def pending_request(view: Any, internal_id: str) -> Any:
+    """Serve's ``PendingRequest`` for one ingress call (``view`` None: no RequestView)."""
+    payload = {"view": view, "body": {}} if view is not None else {"body": {}}
+    return SimpleNamespace(
+        args=[payload], kwargs={}, metadata=SimpleNamespace(internal_request_id=internal_id)
+    )
+
+
+def serve_router(**kw: Any) -> Any:
+    """``LLMFleetRequestRouter`` as Serve builds it, ``initialize_state(**kw)`` applied."""
+    from ray.serve._private.common import DeploymentHandleSource
+
+    from router.serve_router import LLMFleetRequestRouter
+
+    r = LLMFleetRequestRouter(
+        deployment_id=_deployment_id(), handle_source=DeploymentHandleSource.UNKNOWN
+    )
+    r.initialize_state(**kw)
+    return r
+
+
+# ---- autoscaler --------------------------------------------------------------------
+
+
+def snapshot(
+    now: float, current: int, reps: Sequence[ReplicaMetrics], pending: float = 0.0
+) -> MetricsSnapshot:
+    return MetricsSnapshot(now, current, tuple(reps), pending)
