@@ -20,6 +20,7 @@ from statistics import median
 from typing import Any, TypeVar
 
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig
+from contracts.stats import queue_depth
 
 P = TypeVar("P")
 
@@ -74,8 +75,9 @@ def floor_for_pending(desired: int, snapshot: MetricsSnapshot) -> int:
 
 
 def ongoing_of(m: ReplicaMetrics) -> float:
-    """Requests in flight at a replica; engines that do not report ``ongoing`` count queues."""
-    return m.ongoing if m.ongoing > 0 else m.waiting + m.running
+    """Requests at a replica (``contracts.stats.queue_depth``: in flight or queued in the
+    engine, whichever is larger)."""
+    return queue_depth(m.ongoing, m.waiting, m.running)
 
 
 def prefill_rate(snapshot: MetricsSnapshot, fallback: float) -> float:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.prefill_load import CounterBaseline
+from contracts.stats import PRIOR_PREFILL_TOKENS_PER_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,7 @@ class TTFTQueueParams:
     settle_s: float = 10.0  # after boot, let the smoothed signals catch up
     boot_s: float = 0.0  # expected replica startup: backlog it drains meanwhile is not counted
     # signals
-    prior_prefill_tokens_per_s: float = 1000.0  # until a replica reports a measured rate
+    prior_prefill_tokens_per_s: float = PRIOR_PREFILL_TOKENS_PER_S  # until one is measured
     load_window_s: float = 5.0  # window for prefill load from cumulative counters
     growth_tau_s: float = 3.0  # smoothing of the sustained arrival rate and queue growth
     # burst reserve (off unless burst_hold_s > 0)

@@ -44,6 +44,20 @@ from typing import Any
 STATS_VERSION = 1
 VERSION_KEY = "version"
 
+# The one prefill rate (uncached prompt tokens per second) every component assumes before a
+# replica has measured its own: the engines' load tracker starts from it, the router's and
+# the autoscaler's estimates fall back to it. 500 is vLLM-CPU's cold prefill of the default
+# model on two cores; on a GPU the first measured samples replace it within seconds.
+PRIOR_PREFILL_TOKENS_PER_S = 500.0
+
+
+# How many requests a replica holds: the larger of the caller's in-flight count and the
+# engine's own (waiting + running); each can lag the other.
+def queue_depth(ongoing: float, waiting: float, running: float) -> float:
+    engine = waiting + running
+    return ongoing if ongoing > engine else engine
+
+
 log = logging.getLogger(__name__)
 
 # errors seen by from_wire(strict=False) in this process, by kind:

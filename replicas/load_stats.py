@@ -37,6 +37,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from contracts.stats import PRIOR_PREFILL_TOKENS_PER_S
+
 Clock = Callable[[], float]
 
 
@@ -61,7 +63,7 @@ class LoadTracker:
     def __init__(
         self,
         *,
-        prior_prefill_tokens_per_s: float = 500.0,
+        prior_prefill_tokens_per_s: float = PRIOR_PREFILL_TOKENS_PER_S,
         prior_weight_s: float = 1.0,
         rate_half_life_s: float = 10.0,
         ttft_window_s: float = 60.0,

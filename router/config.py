@@ -24,7 +24,8 @@ moved from code")
   a prefix away from its owner whenever the owner holds a single request; engines batch,
   so a few more requests cost little, and under real load the fair-share cap is higher.
 - queue_ref 4, ttft_ref_s 1.0: the load at which those scorers reach 0.5.
-- default_prefill_tokens_per_s 1000: used until a replica reports a measured rate.
+- default_prefill_tokens_per_s (``contracts.stats.PRIOR_PREFILL_TOKENS_PER_S``): used until a
+  replica reports a measured rate.
 - fallback_after_s 5.0: precise mode trusts Routed events again for a replica that gets
   requests but has sent no KV event for this long.
 - sglang_*: SGLang router defaults (cache_threshold 0.5, abs 32, rel 1.0001).
@@ -36,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from contracts.stats import PRIOR_PREFILL_TOKENS_PER_S
 from router.index import DEFAULT_CAPACITY_BLOCKS
 
 
@@ -58,7 +60,7 @@ class RouterConfig:
     share_window_s: float = 30.0
     queue_ref: float = 4.0
     ttft_ref_s: float = 1.0
-    default_prefill_tokens_per_s: float = 1000.0
+    default_prefill_tokens_per_s: float = PRIOR_PREFILL_TOKENS_PER_S
     fallback_after_s: float = 5.0
     default_capacity_blocks: int = DEFAULT_CAPACITY_BLOCKS
     hash_prefix_blocks: int = 4  # consistent-hash key: first N blocks (or session id)

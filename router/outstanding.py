@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_RATE = 500.0  # tokens/s before a replica has reported a measured rate
+from contracts.stats import PRIOR_PREFILL_TOKENS_PER_S
+
+DEFAULT_RATE = PRIOR_PREFILL_TOKENS_PER_S  # before a replica has reported a measured rate
 
 
 @dataclass(slots=True)

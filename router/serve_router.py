@@ -41,6 +41,7 @@ from contracts.stats import ReplicaStats, from_wire
 from router.bookkeeping import FleetBook
 from router.kv_subscriber import KVEventSubscriber
 from router.registry import make_policy
+from router.scorers import queue_depth
 from router.types import (
     Completed,
     KVBlocksStored,
@@ -161,7 +162,7 @@ class LLMFleetRequestRouter(RequestRouter):
 
     def _p2c(self, views: list[ReplicaView]) -> RoutingDecision:
         pair = views if len(views) <= 2 else self.rng.sample(views, 2)
-        best = min(pair, key=lambda v: max(v.ongoing, v.waiting + v.running))
+        best = min(pair, key=queue_depth)
         return RoutingDecision(best.replica_id, "fallback")
 
     async def choose_replicas(

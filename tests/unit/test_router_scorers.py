@@ -71,11 +71,11 @@ def test_ttft_scorer_predicts_queue_plus_uncached_tokens_over_rate() -> None:
     views = [
         ReplicaView("hit", waiting_prefill_tokens=840, prefill_tokens_per_s=500.0),  # 2 s
         ReplicaView("cold", prefill_tokens_per_s=640.0),  # 1 s = ttft_ref_s: 0.5
-        ReplicaView("unmeasured"),  # config default 1000 tok/s: 0.64 s
+        ReplicaView("unmeasured"),  # config default 500 tok/s: 1.28 s
         ReplicaView("all", waiting_prefill_tokens=-5, prefill_tokens_per_s=100.0),  # 0 s
     ]
     got = TTFTScorer().score(ctx, _req(640), views)
-    assert got == pytest.approx([1 / 3, 0.5, 1 / 1.64, 1.0])
+    assert got == pytest.approx([1 / 3, 0.5, 1 / 2.28, 1.0])
     # a fleet rate replaces every replica's own (measurement noise must not decide)
     fleet = TTFTScorer().score(
         _ctx({"hit": 30}, fleet_prefill_tokens_per_s=320.0), _req(640), views
