@@ -55,21 +55,7 @@ def _engine_spec(cfg: FleetConfig, model_dir: str) -> dict[str, Any]:
             },
         }
     v = e.vllm
-    settings = {
-        k: getattr(v, k)
-        for k in (
-            "enforce_eager",
-            "dtype",
-            "kv_cache_gib",
-            "block_size",
-            "max_num_seqs",
-            "max_num_batched_tokens",
-            "enable_prefix_caching",
-            "seed",
-            "omp_threads",
-            "gpu_memory_utilization",
-        )
-    }
+    settings: dict[str, Any] = v.model_dump(exclude={"kv_events"})  # VLLMSettings fields
     settings.update(
         model_path=model_dir,
         max_model_len=cfg.model.max_model_len,

@@ -11,12 +11,7 @@ from pathlib import Path
 
 import httpx
 
-CPU_ENGINE_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "OMP_NUM_THREADS": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
+from replicas.vllm_engine import VLLMSettings, cpu_env, on_gpu, server_argv
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout_s: float = 300.0) -> None:
@@ -33,44 +28,15 @@ def wait_http(url: str, proc: subprocess.Popen, timeout_s: float = 300.0) -> Non
     raise TimeoutError(f"{url} not ready after {timeout_s:.0f} s")
 
 
-def start_vllm(
-    model_dir: str,
-    served_name: str,
-    port: int,
-    log: Path,
-    *,
-    max_model_len: int = 2048,
-    max_num_seqs: int = 32,
-    max_num_batched_tokens: int = 512,
-) -> subprocess.Popen:
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        model_dir,
-        "--served-model-name",
-        served_name,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--enforce-eager",
-        "--dtype",
-        "bfloat16",
-        "--max-model-len",
-        str(max_model_len),
-        "--max-num-seqs",
-        str(max_num_seqs),
-        "--max-num-batched-tokens",
-        str(max_num_batched_tokens),
-        "--seed",
-        "0",
-        "--enable-prefix-caching",
-    ]
+def start_vllm(settings: VLLMSettings, served_name: str, port: int, log: Path) -> subprocess.Popen:
+    """The bare vLLM OpenAI server with the engine arguments our replicas use."""
+    gpu = on_gpu()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    cmd += server_argv(settings, gpu, served_name=served_name, port=port)
+    env = {**os.environ, **({} if gpu else cpu_env(settings))}
     proc = subprocess.Popen(
         cmd,
-        env={**os.environ, **CPU_ENGINE_ENV},
+        env=env,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -56,19 +56,27 @@ def on_gpu() -> bool:
         return False
 
 
+def cpu_env(s: VLLMSettings) -> dict[str, str]:
+    """Environment the CPU engine reads at spawn time; no effect on GPU. The KV size goes in
+    as ``kv_cache_memory_bytes``: VLLM_CPU_KVCACHE_SPACE takes whole GiB only and, when
+    set, overrides it."""
+    return {
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": str(s.omp_threads),
+        "VLLM_LOGGING_LEVEL": "WARNING",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
 def set_cpu_env(s: VLLMSettings) -> None:
-    """Environment the CPU engine reads at spawn time; no effect on GPU."""
-    # KV size goes in as kv_cache_memory_bytes (engine_args): VLLM_CPU_KVCACHE_SPACE takes
-    # whole GiB only and, when set, overrides it.
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-    os.environ.setdefault("OMP_NUM_THREADS", str(s.omp_threads))
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for key, value in cpu_env(s).items():
+        os.environ.setdefault(key, value)
 
 
-def engine_args(s: VLLMSettings, gpu: bool) -> Any:
-    from vllm.engine.arg_utils import AsyncEngineArgs
-
+def engine_kwargs(s: VLLMSettings, gpu: bool) -> dict[str, Any]:
+    """vLLM engine arguments (``AsyncEngineArgs`` fields) for these settings: the one
+    translation, used by our replicas and by the bare vLLM server the benchmarks compare
+    against (``server_argv``). KV events are added by ``engine_args`` only."""
     kwargs: dict[str, Any] = dict(
         model=s.model_path,
         tokenizer=s.model_path,
@@ -90,6 +98,30 @@ def engine_args(s: VLLMSettings, gpu: bool) -> Any:
     if gpu:
         kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
     kwargs["kv_cache_memory_bytes"] = int(s.kv_cache_gib * 2**30)
+    return kwargs
+
+
+def server_argv(s: VLLMSettings, gpu: bool, *, served_name: str, port: int) -> list[str]:
+    """``python -m vllm.entrypoints.openai.api_server`` flags with the same engine arguments
+    as our replicas (``engine_kwargs``), served on 127.0.0.1."""
+    if s.kv_events_endpoint:
+        raise ValueError("the bare vLLM server is started without KV events")
+    argv = ["--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port)]
+    for key, value in engine_kwargs(s, gpu).items():
+        if key == "disable_log_stats":  # the server logs stats unless told not to; no flag
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + key.replace("_", "-"))
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def engine_args(s: VLLMSettings, gpu: bool) -> Any:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    kwargs = engine_kwargs(s, gpu)
     if s.kv_events_endpoint:
         from vllm.config import KVEventsConfig
 

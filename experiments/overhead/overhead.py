@@ -17,15 +17,22 @@ from typing import Any
 from bench import cli as bench_cli
 from experiments import serverproc
 from replicas.model_prep import DEFAULT_MODEL, default_model_dir, ensure_default_model
+from replicas.vllm_engine import VLLMSettings
 
 VLLM_PORT, FLEET_PORT = 8011, 8012
 
 
+# The engine arguments both sides run with: llmfleet's engine.vllm section, and through
+# VLLMSettings (the one translation to vLLM's arguments) the bare server's flags.
+ENGINE: dict[str, Any] = {"max_num_seqs": 32, "max_num_batched_tokens": 512, "kv_cache_gib": 1.0}
+
+
 def _fleet_config(path: Path, args: argparse.Namespace) -> None:
+    engine = "".join(f"    {k}: {v}\n" for k, v in ENGINE.items())
     path.write_text(
         f"server:\n  port: {FLEET_PORT}\n  metrics_export_port: 18012\n"
         f"replicas:\n  num_replicas: 1\n"
-        f"engine:\n  vllm:\n    max_num_seqs: 32\n    max_num_batched_tokens: 512\n    kv_cache_gib: 1\n"
+        f"engine:\n  vllm:\n{engine}"
         f"routing:\n  policy: {args.router}\n"
     )
 
@@ -112,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = str(ensure_default_model())
     work = Path(tempfile.mkdtemp(prefix="llmfleet-overhead-"))
     rows: dict[str, list[dict]] = {"vllm": [], "llmfleet": []}
-    vllm = serverproc.start_vllm(model_dir, DEFAULT_MODEL, VLLM_PORT, work / "vllm.log")
+    settings = VLLMSettings(model_path=model_dir, **ENGINE)
+    vllm = serverproc.start_vllm(settings, DEFAULT_MODEL, VLLM_PORT, work / "vllm.log")
     try:
         cfg = work / "fleet.yaml"
         _fleet_config(cfg, args)

@@ -1,0 +1,41 @@
+"""One translation from our vLLM settings to vLLM's engine arguments, used by the replicas
+and by the bare vLLM server the overhead benchmark compares against."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cluster.app import engine_spec
+from cluster.config import VLLMArgs, parse_config
+from replicas.vllm_engine import VLLMSettings, engine_kwargs, server_argv
+
+
+def test_every_config_field_is_a_setting_the_engine_reads() -> None:
+    settings = {f.name for f in dataclasses.fields(VLLMSettings)}
+    assert set(VLLMArgs.model_fields) - {"kv_events"} <= settings
+    spec = engine_spec(parse_config({"engine": {"vllm": {"max_num_seqs": 7}}}), "/models/m")
+    built = VLLMSettings(**spec["settings"])  # the replica builds exactly this
+    assert built.max_num_seqs == 7
+    assert built.model_path == "/models/m"
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_bare_server_flags_parse_to_the_replicas_engine_arguments(gpu: bool) -> None:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    s = VLLMSettings(model_path="/m", kv_cache_gib=0.5, max_num_seqs=24, block_size=128)
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(
+        server_argv(s, gpu, served_name="m", port=8011)
+    )
+    for key, value in engine_kwargs(s, gpu).items():
+        assert getattr(args, key) == value, key
+    assert (args.host, args.port, args.served_model_name) == ("127.0.0.1", 8011, ["m"])
+
+
+def test_bare_server_refuses_kv_events() -> None:
+    s = VLLMSettings(model_path="/m", kv_events_endpoint="ipc:///tmp/x")
+    with pytest.raises(ValueError, match="without KV events"):
+        server_argv(s, False, served_name="m", port=8011)
