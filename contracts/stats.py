@@ -6,7 +6,7 @@ Who produces and who reads it
   cluster twin, which reads the record directly, without the wire).
 - Carried by ``LLMReplica`` (``replicas/replica.py``) as ``to_wire()`` through Serve's
   ``record_routing_stats`` (router), ``record_autoscaling_stats`` (autoscaler) and the
-  status actor (``cluster/status_registry.py``, read by ``llmfleet status`` and
+  status actor (``replicas/status_registry.py``, read by ``llmfleet status`` and
   ``GET /health``).
 - Read back with ``from_wire`` by ``router/serve_router.py`` (→ ``router/views.py``
   ``ReplicaView``) and ``autoscaler/serve_autoscaling.py`` (→ ``autoscaler/types.py``
