@@ -20,7 +20,6 @@ from statistics import median
 from typing import Any, TypeVar
 
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig
-from contracts.stats import queue_depth
 
 P = TypeVar("P")
 
@@ -75,9 +74,10 @@ def floor_for_pending(desired: int, snapshot: MetricsSnapshot) -> int:
 
 
 def ongoing_of(m: ReplicaMetrics) -> float:
-    """Requests at a replica (``contracts.stats.queue_depth``: in flight or queued in the
-    engine, whichever is larger)."""
-    return queue_depth(m.ongoing, m.waiting, m.running)
+    """Ray's ongoing-requests signal: requests in flight at the replica as the caller counts
+    them, the engine's waiting + running only when no such count is reported. Not the
+    router's queue depth (the larger of the two): the baselines model Ray's own rule."""
+    return m.ongoing if m.ongoing > 0 else m.waiting + m.running
 
 
 def prefill_rate(snapshot: MetricsSnapshot, fallback: float) -> float:

@@ -51,13 +51,6 @@ VERSION_KEY = "version"
 PRIOR_PREFILL_TOKENS_PER_S = 500.0
 
 
-# How many requests a replica holds: the larger of the caller's in-flight count and the
-# engine's own (waiting + running); each can lag the other.
-def queue_depth(ongoing: float, waiting: float, running: float) -> float:
-    engine = waiting + running
-    return ongoing if ongoing > engine else engine
-
-
 log = logging.getLogger(__name__)
 
 # errors seen by from_wire(strict=False) in this process, by kind:

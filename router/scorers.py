@@ -41,7 +41,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
-from contracts.stats import queue_depth as contract_queue_depth
 from router.config import RouterConfig, Weights
 from router.types import ReplicaView, RequestView
 
@@ -81,7 +80,7 @@ def fleet_rate(replicas: Sequence[ReplicaView]) -> float:
 def queue_depth(replica: ReplicaView) -> int:
     """Requests at a replica: the larger of this router's in-flight count and the engine's
     waiting + running (each can lag the other)."""
-    return int(contract_queue_depth(replica.ongoing, replica.waiting, replica.running))
+    return max(replica.ongoing, replica.waiting + replica.running)
 
 
 def queue_depths(replicas: Sequence[ReplicaView]) -> list[int]:
