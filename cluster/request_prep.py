@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cluster.openai_protocol import APIError, ChatRequest, CompletionRequest
-from contracts.hashing import block_hashes
 from router.ray_compat import RoutedPayload
 from router.types import RequestView
+from router.views import make_request_view
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +117,12 @@ def prepare(req: CompletionRequest | ChatRequest, tokenizer: Any, limits: Limits
         )
     max_tokens = resolve_max_tokens(asked, len(ids), limits)
     rid = f"{'chatcmpl' if isinstance(req, ChatRequest) else 'cmpl'}-{uuid.uuid4().hex}"
-    view = RequestView(
-        request_id=rid,
-        model=req.model,
-        token_ids=tuple(ids),
-        block_hashes=block_hashes(ids, limits.block_size),
+    view = make_request_view(
+        rid,
+        ids,
+        block_size=limits.block_size,
         expected_output_tokens=max_tokens,
+        model=req.model,
         session_id=req.user,
     )
     gen = dict(

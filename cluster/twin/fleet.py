@@ -26,7 +26,6 @@ from autoscaler.types import MetricsSnapshot, ScalingConfig, ScalingPolicy
 from bench.types import RequestRecord, RequestSpec
 from cluster.twin.replica import SimReplica
 from cluster.twin.scaling import imbalance, plan_scaling
-from contracts.hashing import block_hashes
 from replicas.sim import profiles
 from replicas.sim.core import CoreConfig
 from replicas.sim.request import SimRequest
@@ -35,10 +34,10 @@ from router.types import (
     Completed,
     NoReplicaAvailable,
     ReplicaView,
-    RequestView,
     Routed,
     RoutingPolicy,
 )
+from router.views import make_request_view
 
 STEP, TICK, READY, ARRIVE, DRAIN, KV_EVENT = 0, 1, 2, 3, 4, 5
 STUCK_AFTER_S = 3600.0  # virtual seconds without progress before giving up
@@ -195,15 +194,13 @@ class ClusterSim:
 
     def _route(self, pending: _Pending, views: list[ReplicaView]) -> bool:
         spec = pending.spec
-        tokens = spec.prompt_token_ids
-        hashes = block_hashes(tokens, self.block_size)
-        view = RequestView(
+        view = make_request_view(
             str(spec.index),
-            self.config.model_name,
-            tokens,
-            hashes,
-            spec.output_tokens,
-            spec.session_id,
+            spec.prompt_token_ids,
+            block_size=self.block_size,
+            expected_output_tokens=spec.output_tokens,
+            model=self.config.model_name,
+            session_id=spec.session_id,
         )
         assert self.policy is not None
         try:
@@ -212,7 +209,13 @@ class ClusterSim:
             return False
         self.book.decided(view.request_id, decision.replica_id, decision.matched_blocks, self.now)
         rep = self.replicas[decision.replica_id]
-        req = SimRequest(view.request_id, len(tokens), hashes, spec.output_tokens, payload=spec)
+        req = SimRequest(
+            view.request_id,
+            len(view.token_ids),
+            view.block_hashes,
+            spec.output_tokens,
+            payload=spec,
+        )
         rec = self.records[spec.index]
         rec.replica = rep.replica_id
         try:
