@@ -11,7 +11,7 @@ import pytest
 from bench.datasets import build_requests, parse_spec
 from bench.tokens import FALLBACK_HI, FALLBACK_LO, TokenSource
 
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"  # the repository's copy
 
 
 def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
