@@ -59,6 +59,26 @@ class LoadSnapshot:
     ongoing: int
 
 
+class _WindowSum:
+    """Integer counts stamped with times; the total of the last ``window_s`` seconds, kept
+    as a running sum (``add`` runs per engine output, so no re-summing on read)."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._items: deque[tuple[float, int]] = deque()
+        self._total = 0
+
+    def add(self, t: float, n: int) -> None:
+        self._items.append((t, n))
+        self._total += n
+
+    def total(self, now: float) -> int:
+        lo = now - self.window_s
+        while self._items and self._items[0][0] < lo:
+            self._total -= self._items.popleft()[1]
+        return self._total
+
+
 class LoadTracker:
     def __init__(
         self,
@@ -81,8 +101,8 @@ class LoadTracker:
         self._ttfts: deque[tuple[float, float]] = deque(maxlen=ttft_max_samples)
         self._busy_window_s = busy_window_s
         self._busy: deque[list[float]] = deque()  # merged [start, end] intervals
-        self._prefilled: deque[tuple[float, int]] = deque()  # (time, uncached tokens)
-        self._decoded: deque[tuple[float, int]] = deque()  # (time, output tokens)
+        self._prefilled = _WindowSum(busy_window_s)  # uncached tokens at their first token
+        self._decoded = _WindowSum(busy_window_s)  # output tokens
         self._pending: dict[str, _Pending] = {}  # added, no first token yet
         self._in_flight: set[str] = set()
         self._in_flight_since: float | None = None
@@ -115,11 +135,11 @@ class LoadTracker:
         start = max(pending.added_at, self._last_first_token_at)
         self._last_first_token_at = t
         self._add_rate_sample(uncached, max(0.0, t - start))
-        self._prefilled.append((t, uncached))
+        self._prefilled.add(t, uncached)
 
     def on_output_tokens(self, count: int, now: float | None = None) -> None:
         if count > 0:
-            self._decoded.append((self._now(now), int(count)))
+            self._decoded.add(self._now(now), int(count))
 
     def on_finished(self, request_id: str, now: float | None = None) -> None:
         t = self._now(now)
@@ -153,12 +173,13 @@ class LoadTracker:
     def snapshot(self, waiting_prefill_tokens: float, now: float | None = None) -> LoadSnapshot:
         t = self._now(now)
         rate = self.prefill_tokens_per_s
+        busy = self.busy_fraction(t)
         return LoadSnapshot(
             prefill_tokens_per_s=rate,
-            decode_tokens_per_s=self.decode_rate(t),
+            decode_tokens_per_s=self._decode_rate(t, busy),
             queue_delay_s=max(0.0, waiting_prefill_tokens) / rate,
             ttft_p95_s=self.ttft_p95(t),
-            busy_fraction=self.busy_fraction(t),
+            busy_fraction=busy,
             prefill_load_tokens_per_s=self.prefill_load(t),
             ongoing=len(self._in_flight),
         )
@@ -184,16 +205,15 @@ class LoadTracker:
 
     def prefill_load(self, now: float | None = None) -> float:
         t = self._now(now)
-        while self._prefilled and self._prefilled[0][0] < t - self._busy_window_s:
-            self._prefilled.popleft()
-        return sum(n for _, n in self._prefilled) / self._busy_window_s
+        return self._prefilled.total(t) / self._busy_window_s
 
     def decode_rate(self, now: float | None = None) -> float:
         t = self._now(now)
-        while self._decoded and self._decoded[0][0] < t - self._busy_window_s:
-            self._decoded.popleft()
-        busy_s = self.busy_fraction(t) * self._busy_window_s
-        return sum(n for _, n in self._decoded) / busy_s if busy_s > 0 else 0.0
+        return self._decode_rate(t, self.busy_fraction(t))
+
+    def _decode_rate(self, t: float, busy_fraction: float) -> float:
+        busy_s = busy_fraction * self._busy_window_s
+        return self._decoded.total(t) / busy_s if busy_s > 0 else 0.0
 
     # ---- internals -----------------------------------------------------------------
 

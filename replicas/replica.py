@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
+from contracts.stats import ReplicaStats
 from replicas import metric_names as M
 from replicas.engine import GenerateRequest
 from replicas.factory import build_engine
@@ -88,16 +89,16 @@ class LLMReplica:
         status = None
         while True:
             with contextlib.suppress(Exception):
+                stats = self.engine.stats()
                 if self._metrics is not None:
-                    self._set_gauges()
+                    self._set_gauges(stats)
                 status = status or get_status_actor()
                 if status is not None:
-                    status.report.remote(replica_id, self.engine.stats().to_wire())
+                    status.report.remote(replica_id, stats.to_wire())
             await asyncio.sleep(GAUGE_PERIOD_S)
 
-    def _set_gauges(self) -> None:
+    def _set_gauges(self, stats: ReplicaStats) -> None:
         assert self._metrics is not None
-        stats = self.engine.stats()
         for key, gauge in self._metrics.gauges.items():
             gauge.set(float(getattr(stats, key)))
         if stats.prefix_queries > 0:

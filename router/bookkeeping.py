@@ -25,7 +25,8 @@ Events (the caller forwards the same ones to the policy's ``observe``)
                   outstanding prefill backlog (``router.outstanding``).
     ``completed`` no longer in flight.   ``gone``: the replica left; forget its counts.
 View (``view(replica_id, stats, queue_len, max_ongoing, now)``)
-    ``stats`` is the replica's raw report, decoded once by ``replica_view_from_stats``;
+    ``stats`` is the replica's last report as a ``ReplicaStats`` (the Ray adapter decodes
+    each wire report once; the twin reads the record directly);
     ``ongoing = max(own in-flight count, queue_len) + pending``, where ``queue_len`` is the
     framework's own count (Ray's queue-length cache; the twin's replica count). The view
     also records the report's prefill rate: a routed request's backlog drains at it.
@@ -160,3 +161,4 @@ class FleetBook:
     def gone(self, replica_id: str) -> None:
         self.outstanding.forget(replica_id)
         self.inflight.pop(replica_id, None)
+        self.rates.pop(replica_id, None)

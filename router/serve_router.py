@@ -235,6 +235,7 @@ class LLMFleetRequestRouter(RequestRouter):
             return
         self.known.discard(rid)
         self.book.gone(rid)
+        self._decoded.pop(rid, None)
         sub = self.subscribers.pop(rid, None)
         if sub is not None:
             sub.stop(timeout=0)

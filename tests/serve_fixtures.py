@@ -32,6 +32,25 @@ def ray_session() -> Iterator[None]:
     ray.shutdown()
 
 
+def sim_fleet(replicas: int, *, speed: float, kv_capacity_tokens: int) -> dict[str, Any]:
+    """Config of a fleet of simulated SmolLM2/CPU replicas (block 16) behind the prefix
+    router, its stats polled every 0.2 s."""
+    return {
+        "engine": {
+            "type": "sim",
+            "sim": {
+                "hardware": "cpu",
+                "model_profile": "smollm2-135m",
+                "speed": speed,
+                "block_size": 16,
+                "kv_capacity_tokens": kv_capacity_tokens,
+            },
+        },
+        "replicas": {"num_replicas": replicas, "num_cpus": 0.1, "max_ongoing_requests": 64},
+        "routing": {"policy": "prefix", "stats_period_s": 0.2},
+    }
+
+
 def deploy_app(cfg_dict: dict[str, Any], timeout_s: float = 300.0) -> Any:
     from cluster.config import parse_config
     from cluster.runtime import deploy, wait_ready

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoscaler.common import clamp
 from autoscaler.types import MetricsSnapshot, ScalingConfig, ScalingPolicy
 from bench.types import RequestRecord, RequestSpec
 from cluster.twin.replica import SimReplica
@@ -341,7 +342,7 @@ class ClusterSim:
             pending_requests=float(len(self.ingress)),
         )
         desired, self.scale_state = self.scaler.decide(snapshot, cfg, self.scale_state)
-        desired = max(cfg.min_replicas, min(cfg.max_replicas, int(desired)))
+        desired = clamp(int(desired), cfg)
         if desired == len(live):
             return
         self.scale_log.append((self.now, desired))

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.serve_fixtures import TEST_URL, delete_app, deploy_app
+from tests.serve_fixtures import TEST_URL, delete_app, deploy_app, sim_fleet
 
 pytestmark = [pytest.mark.component]
 MODEL = "smollm2-135m-instruct"
@@ -21,23 +21,7 @@ REPLICAS = 4
 
 @pytest.fixture(scope="module")
 def sim_app(ray_session: None) -> Iterator[str]:
-    deploy_app(
-        {
-            "engine": {
-                "type": "sim",
-                "sim": {
-                    "hardware": "cpu",
-                    "model_profile": "smollm2-135m",
-                    "speed": 1.0,
-                    "block_size": 16,
-                    "kv_capacity_tokens": 20000,
-                },
-            },
-            "replicas": {"num_replicas": REPLICAS, "num_cpus": 0.1, "max_ongoing_requests": 64},
-            "routing": {"policy": "prefix", "stats_period_s": 0.2},
-        },
-        timeout_s=180,
-    )
+    deploy_app(sim_fleet(REPLICAS, speed=1.0, kv_capacity_tokens=20000), timeout_s=180)
     yield MODEL
     delete_app()
 

@@ -16,11 +16,11 @@ import pytest
 from autoscaler.types import ReplicaMetrics
 from contracts.stats import STATS_VERSION, WIRE_FIELDS, ReplicaStats, from_wire
 from router.views import replica_view_from_stats
-from tests.serve_fixtures import TEST_URL, delete_app, deploy_app
+from tests.serve_fixtures import TEST_URL, delete_app, deploy_app, sim_fleet
 
 pytestmark = [pytest.mark.component]
 MODEL = "smollm2-135m-instruct"
-BLOCK = 16
+BLOCK = 16  # sim_fleet's block size
 PREFIX, SUFFIX, BURST = 512, 160, 12  # prefix: 32 whole blocks
 BUSY_WINDOW_S = 10.0  # LoadTracker's window in the sim core
 
@@ -31,23 +31,7 @@ def sim_one(ray_session: None) -> Iterator[Any]:
 
     from cluster.app import APP_NAME, REPLICA_DEPLOYMENT
 
-    deploy_app(
-        {
-            "engine": {
-                "type": "sim",
-                "sim": {
-                    "hardware": "cpu",
-                    "model_profile": "smollm2-135m",
-                    "speed": 0.5,
-                    "block_size": BLOCK,
-                    "kv_capacity_tokens": 40000,
-                },
-            },
-            "replicas": {"num_replicas": 1, "num_cpus": 0.1, "max_ongoing_requests": 64},
-            "routing": {"policy": "prefix", "stats_period_s": 0.2},
-        },
-        timeout_s=180,
-    )
+    deploy_app(sim_fleet(1, speed=0.5, kv_capacity_tokens=40000), timeout_s=180)
     yield serve.get_deployment_handle(REPLICA_DEPLOYMENT, APP_NAME)
     delete_app()
 
