@@ -29,6 +29,12 @@ def engine_block_size(cfg: FleetConfig, gpu: bool) -> int:
 
 def engine_spec(cfg: FleetConfig, model_dir: str) -> dict[str, Any]:
     spec = _engine_spec(cfg, model_dir)
+    m = cfg.model
+    spec["openai"] = {
+        "served_name": m.served_name,
+        "tool_call_parser": m.tool_call_parser,
+        "chat_template": m.chat_template,
+    }
     if cfg.engine.fail_after_tokens is not None:
         spec["faults"] = {"fail_after_tokens": cfg.engine.fail_after_tokens}
     return spec

@@ -37,6 +37,14 @@ class ModelConfig(_Strict):
         ge=1,
         description="`max_tokens` used when a request gives none (capped by the context).",
     )
+    tool_call_parser: str | None = Field(
+        None,
+        description="vLLM tool-call parser for `tool_choice: auto` (e.g. hermes, llama3_json); named and required tool choice work without one.",
+    )
+    chat_template: str | None = Field(
+        None,
+        description="A chat template file (Jinja) to use instead of the model's own.",
+    )
 
 
 class VLLMArgs(_Strict):

@@ -1,9 +1,15 @@
-"""The OpenAI ingress deployment (FastAPI behind Ray Serve).
+"""The OpenAI ingress deployment (FastAPI behind Ray Serve): decide, then relay bytes.
 
-It parses each request once (validation, chat template, token limits, prefix hashes), then
-calls the ``LLMReplica`` deployment through a handle — the request router lives on that
-handle, in this process — and relays the deltas as JSON or SSE. A client that goes away
-cancels the handle call, which aborts the engine request and frees its slot.
+Per request it does only what the fleet owns (``cluster/request_prep.py``: model name, the
+``max_tokens`` cap and default, the prompt's token ids for the prefix-aware router), in a
+worker thread so a long prompt never stalls the streams this loop relays; then it calls
+the ``LLMReplica`` deployment through a handle (the request router lives on that handle,
+in this process) and passes the replica's answer through: a ``ResponseHead``, then bytes
+that are already the response body or whole SSE events (``contracts/http.py``). The
+OpenAI semantics — validation, rendering, sampling options, tools, structured output,
+logprobs, errors — are the replica's OpenAI layer's (vLLM's own for vLLM replicas).
+A client that goes away cancels the handle call, which aborts the engine request and frees
+its slot.
 """
 
 from __future__ import annotations
@@ -18,18 +24,26 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 
-from cluster.openai_format import SSE_DONE, Formatter, sse, usage
-from cluster.openai_protocol import APIError, ChatRequest, CompletionRequest, decode_json, validate
 from cluster.request_prep import Limits, prepare
+from contracts.http import JSON, SSE, APIError, ResponseHead
 from replicas.status_registry import fleet_snapshot
 
 log = logging.getLogger("llmfleet.ingress")
 app = FastAPI(title="llmfleet", docs_url=None, redoc_url=None)
 HEALTH_FRESH_S = 10.0
+REPLICA_HEADER = "x-llmfleet-replica"
+FORWARDED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/tokenize", "/detokenize")
 
 
 def error_response(err: APIError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status)
+
+
+def _sse_error(message: str, code: str) -> bytes:
+    import json
+
+    body = APIError(500, message, type="server_error", code=code).body()
+    return f"data: {json.dumps(body)}\n\n".encode()
 
 
 @app.exception_handler(APIError)
@@ -107,76 +121,89 @@ class OpenAIIngress:
 
     @app.post("/v1/completions")
     async def completions(self, request: Request) -> Response:
-        return await self._serve(request, CompletionRequest, chat=False)
+        return await self._forward(request, "/v1/completions")
 
     @app.post("/v1/chat/completions")
     async def chat(self, request: Request) -> Response:
-        return await self._serve(request, ChatRequest, chat=True)
+        return await self._forward(request, "/v1/chat/completions")
 
-    async def _serve(self, request: Request, model: type, chat: bool) -> Response:
+    @app.post("/v1/responses")
+    async def responses(self, request: Request) -> Response:
+        return await self._forward(request, "/v1/responses")
+
+    @app.post("/tokenize")
+    async def tokenize(self, request: Request) -> Response:
+        return await self._forward(request, "/tokenize")
+
+    @app.post("/detokenize")
+    async def detokenize(self, request: Request) -> Response:
+        return await self._forward(request, "/detokenize")
+
+    async def _forward(self, request: Request, path: str) -> Response:
+        raw = await request.body()
         try:
-            body = validate(model, decode_json(await request.body()))
-            prep = prepare(body, self.tokenizer, self.limits)
+            prep = await asyncio.to_thread(prepare, path, raw, self.tokenizer, self.limits)
         except APIError as err:
             return error_response(err)
-        fmt = Formatter(prep.request_id, body.model, chat)
-        stream = self.replicas.options(stream=True).generate.remote(prep.payload)
-        if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(
-                self._sse(stream, fmt, include_usage), media_type="text/event-stream"
-            )
-        return await self._collect(stream, fmt)
-
-    async def _collect(self, stream: Any, fmt: Formatter) -> Response:
-        parts: list[str] = []
-        last: dict[str, Any] = {}
+        stream = self.replicas.options(stream=True).handle.remote(prep.payload)
         try:
             async with asyncio.timeout(self.timeout_s):
-                async for d in stream:
-                    parts.append(d["text"])
-                    last = d
+                head = await stream.__anext__()
+        except TimeoutError:
+            stream.cancel()
+            return error_response(
+                APIError(504, "request timed out", type="timeout", code="timeout")
+            )
+        except Exception as err:  # the replica or its engine failed before answering
+            stream.cancel()
+            log.warning("request %s failed: %r", prep.request_id, err)
+            return error_response(
+                APIError(500, "generation failed", type="server_error", code="engine_error")
+            )
+        assert isinstance(head, ResponseHead)
+        headers = {REPLICA_HEADER: head.replica_id}
+        if head.media_type == SSE:
+            return StreamingResponse(
+                self._relay(stream, prep.request_id),
+                status_code=head.status,
+                media_type=SSE,
+                headers=headers,
+            )
+        return await self._collect(stream, head, headers, prep.request_id)
+
+    async def _collect(
+        self, stream: Any, head: ResponseHead, headers: dict[str, str], rid: str
+    ) -> Response:
+        parts: list[bytes] = []
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                async for chunk in stream:
+                    parts.append(chunk)
         except TimeoutError:
             return error_response(
                 APIError(504, "request timed out", type="timeout", code="timeout")
             )
         except Exception as err:  # the replica or its engine failed: no hang, no stack trace
-            log.warning("request %s failed: %r", fmt.id, err)
+            log.warning("request %s failed: %r", rid, err)
             return error_response(
                 APIError(500, "generation failed", type="server_error", code="engine_error")
             )
         finally:
             stream.cancel()
-        u = usage(
-            last.get("prompt_tokens", 0),
-            last.get("completion_tokens", 0),
-            last.get("cached_tokens", 0),
+        return Response(
+            b"".join(parts),
+            status_code=head.status,
+            media_type=head.media_type or JSON,
+            headers=headers,
         )
-        headers = {"x-llmfleet-replica": str(last.get("replica", ""))}
-        return JSONResponse(fmt.full("".join(parts), last.get("finish_reason"), u), headers=headers)
 
-    async def _sse(self, stream: Any, fmt: Formatter, include_usage: bool) -> AsyncIterator[bytes]:
-        last: dict[str, Any] = {}
+    async def _relay(self, stream: Any, rid: str) -> AsyncIterator[bytes]:
         try:
             async with asyncio.timeout(self.timeout_s):
-                async for d in stream:
-                    last = d
-                    if d["text"] or d["finish_reason"]:
-                        yield sse(fmt.chunk(d["text"], d["finish_reason"]))
-            if include_usage:
-                u = usage(
-                    last.get("prompt_tokens", 0),
-                    last.get("completion_tokens", 0),
-                    last.get("cached_tokens", 0),
-                )
-                yield sse(fmt.usage_chunk(u))
-            yield SSE_DONE
+                async for chunk in stream:
+                    yield chunk
         except Exception as err:  # mid-stream failure: tell the client in-band, then end
-            log.warning("stream %s failed: %r", fmt.id, err)
-            yield sse(
-                APIError(
-                    500, "generation failed mid-stream", type="server_error", code="stream_error"
-                ).body()
-            )
+            log.warning("stream %s failed: %r", rid, err)
+            yield _sse_error("generation failed mid-stream", "stream_error")
         finally:
             stream.cancel()

@@ -1,21 +1,39 @@
-"""Turn a validated OpenAI body into engine + routing inputs, once, at the ingress.
+"""What the ingress does to a request before routing it, once, off the relay loop.
 
-Applies the chat template with the served model's tokenizer, checks token limits
-(``max_tokens`` cap, prompt + ``max_tokens`` within the context) and computes the prefix
-block hashes the router matches on.
+The replica's OpenAI layer (vLLM's own) validates and renders the request; the ingress only
+needs what routing and fleet policy need:
+- the JSON object (400 ``invalid_json`` otherwise) and its ``model`` (404 unless it is the
+  served name; the fleet serves one model);
+- the fleet's ``max_tokens`` cap (400 above it) and its default when the client gives none
+  (``default_max_tokens``, capped by the room the prompt leaves);
+- the prompt's token ids, for the prefix-aware router's block hashes: the chat template
+  applied to the messages' text, or the completion prompt. This is best effort for shapes
+  the ingress does not render exactly (tools, multimodal parts, ``/v1/responses``): a
+  wrong guess costs a cache hit, never a rejected request. Out-of-vocabulary prompt token
+  ids are refused here (400), as the engine would.
+``prepare`` is synchronous and CPU-bound (template, tokenizer, hashes): the ingress runs it
+in a worker thread so a long prompt never stalls the streams it is relaying.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from cluster.openai_protocol import APIError, ChatRequest, CompletionRequest
+from contracts.http import APIError, ForwardedRequest
 from router.ray_compat import RoutedPayload
 from router.types import RequestView
 from router.views import make_request_view
+
+GENERATE_PATHS = {
+    "/v1/chat/completions": "chatcmpl",
+    "/v1/completions": "cmpl",
+    "/v1/responses": "resp",
+}
+MODEL_OPTIONAL = {"/tokenize", "/detokenize"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,114 +48,134 @@ class Limits:
 @dataclass(frozen=True, slots=True)
 class Prepared:
     request_id: str
-    token_ids: list[int]
-    max_tokens: int
+    stream: bool
     view: RequestView
-    payload: dict[str, Any]
+    payload: dict[str, Any]  # RoutedPayload(request=ForwardedRequest, view=RequestView)
 
 
-def check_model(name: str, limits: Limits) -> None:
+def decode_json(raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise APIError(400, f"request body is not valid JSON: {err}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    return data
+
+
+def check_model(body: dict[str, Any], path: str, limits: Limits) -> None:
+    name = body.get("model")
+    if name is None and path in MODEL_OPTIONAL:
+        return
+    if name is None:
+        raise APIError(
+            400, "model: Field required", param="model", code="missing_required_parameter"
+        )
     if name != limits.served_name:
         raise APIError(
             404,
             f"The model `{name}` does not exist. Available: {limits.served_name}",
-            type="invalid_request_error",
             param="model",
             code="model_not_found",
         )
 
 
-def prompt_ids(req: CompletionRequest, tokenizer: Any) -> list[int]:
-    p = req.prompt
-    if isinstance(p, list) and p and isinstance(p[0], int):
-        vocab = len(tokenizer)
-        if any(t < 0 or t >= vocab for t in p):
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    return ""
+
+
+def routing_ids(path: str, body: dict[str, Any], tokenizer: Any) -> list[int]:
+    """The prompt's token ids as far as the ingress can tell ([] when it cannot)."""
+    prompt = body.get("prompt", body.get("input"))
+    if path == "/v1/completions" and isinstance(prompt, list) and prompt:
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            vocab = len(tokenizer)
+            if any(t < 0 or t >= vocab for t in prompt):
+                raise APIError(
+                    400, f"prompt token ids must be in [0, {vocab})", param="prompt"
+                ) from None
+            return list(prompt)
+        prompt = prompt[0]
+    messages = body.get("messages")
+    if path == "/v1/responses" and isinstance(prompt, list):
+        messages, prompt = prompt, None
+    try:
+        if isinstance(messages, list) and messages:
+            msgs = [
+                {"role": str(m.get("role", "user")), "content": _text(m.get("content"))}
+                for m in messages
+                if isinstance(m, dict)
+            ]
+            out = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+            if isinstance(out, dict) or hasattr(out, "input_ids"):
+                out = out["input_ids"]
+            return list(out)
+        if isinstance(prompt, str):
+            return list(tokenizer.encode(prompt, add_special_tokens=False))
+    except Exception:  # a template that rejects this shape: route on load alone
+        return []
+    return []
+
+
+def _max_tokens_field(path: str, body: dict[str, Any]) -> str:
+    if path == "/v1/responses":
+        return "max_output_tokens"
+    if path == "/v1/chat/completions" and body.get("max_tokens") is None:
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
+def apply_token_limits(path: str, body: dict[str, Any], n_prompt: int, limits: Limits) -> int:
+    """Enforce the fleet's cap; fill in its default. Returns the expected output tokens."""
+    field = _max_tokens_field(path, body)
+    asked = body.get(field)
+    if isinstance(asked, int) and not isinstance(asked, bool):
+        if asked > limits.max_tokens_cap:
             raise APIError(
                 400,
-                f"prompt token ids must be in [0, {vocab})",
-                param="prompt",
+                f"{field}={asked} is above this server's cap of {limits.max_tokens_cap}",
+                param=field,
                 code="invalid_value",
             )
-        return list(p)
-    text = p[0] if isinstance(p, list) else p
-    if not text:
-        raise APIError(400, "prompt must not be empty", param="prompt", code="invalid_value")
-    return list(tokenizer.encode(text, add_special_tokens=False))
+        return asked
+    if asked is None and path in GENERATE_PATHS:
+        room = limits.max_model_len - n_prompt
+        if n_prompt and room > 0:
+            body[field] = min(limits.default_max_tokens, room)
+        return min(limits.default_max_tokens, max(room, 1))
+    return limits.default_max_tokens
 
 
-def chat_ids(req: ChatRequest, tokenizer: Any) -> list[int]:
-    try:
-        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
-    except ValueError as err:
-        raise APIError(400, str(err), param="messages", code="invalid_value") from None
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    if isinstance(out, dict) or hasattr(out, "input_ids"):
-        out = out["input_ids"]
-    return list(out)
-
-
-def resolve_max_tokens(asked: int | None, prompt_len: int, limits: Limits) -> int:
-    room = limits.max_model_len - prompt_len
-    if asked is not None and asked > limits.max_tokens_cap:
-        raise APIError(
-            400,
-            f"max_tokens={asked} is above this server's cap of {limits.max_tokens_cap}",
-            param="max_tokens",
-            code="invalid_value",
-        )
-    if room <= 0 or (asked is not None and asked > room):
-        want = asked if asked is not None else 1
-        raise APIError(
-            400,
-            f"This model's maximum context length is {limits.max_model_len} tokens. "
-            f"However, you requested {prompt_len + want} tokens ({prompt_len} in the prompt, "
-            f"{want} for the completion).",
-            param="messages" if asked is None else "max_tokens",
-            code="context_length_exceeded",
-        )
-    return asked if asked is not None else min(limits.default_max_tokens, room)
-
-
-def prepare(req: CompletionRequest | ChatRequest, tokenizer: Any, limits: Limits) -> Prepared:
-    check_model(req.model, limits)
-    if isinstance(req, ChatRequest):
-        ids = chat_ids(req, tokenizer)
-        asked = (
-            req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        )
-    else:
-        ids = prompt_ids(req, tokenizer)
-        asked = req.max_tokens
-    if req.presence_penalty or req.frequency_penalty:
-        raise APIError(
-            400,
-            "presence/frequency penalties are not supported",
-            param="presence_penalty",
-            code="invalid_value",
-        )
-    max_tokens = resolve_max_tokens(asked, len(ids), limits)
-    rid = f"{'chatcmpl' if isinstance(req, ChatRequest) else 'cmpl'}-{uuid.uuid4().hex}"
+def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
+    arrival = time.time()
+    body = decode_json(raw)
+    check_model(body, path, limits)
+    ids = routing_ids(path, body, tokenizer) if path in GENERATE_PATHS else []
+    expected = apply_token_limits(path, body, len(ids), limits)
+    prefix = GENERATE_PATHS.get(path, "req")
+    rid = f"{prefix}-{uuid.uuid4().hex}"
+    user = body.get("user")
     view = make_request_view(
         rid,
         ids,
         block_size=limits.block_size,
-        expected_output_tokens=max_tokens,
-        model=req.model,
-        session_id=req.user,
+        expected_output_tokens=expected,
+        model=limits.served_name,
+        session_id=user if isinstance(user, str) else None,
     )
-    gen = dict(
+    stream = body.get("stream") is True
+    fwd = ForwardedRequest(
+        path=path,
+        body=json.dumps(body, separators=(",", ":")).encode(),
         request_id=rid,
-        prompt_token_ids=ids,
-        max_tokens=max_tokens,
-        temperature=req.temperature,
-        top_p=req.top_p,
-        seed=req.seed,
-        stop=req.stop_list(),
-        ignore_eos=req.ignore_eos,
-        arrival_time=time.time(),
+        prompt_token_ids=tuple(ids),
+        stream=stream,
+        arrival_time=arrival,
     )
-    return Prepared(rid, ids, max_tokens, view, RoutedPayload(request=gen, view=view))
-
-
-def view_dict(view: RequestView) -> dict[str, Any]:
-    return asdict(view)
+    return Prepared(rid, stream, view, RoutedPayload(request=fwd, view=view))

@@ -28,7 +28,9 @@ def wait_http(url: str, proc: subprocess.Popen, timeout_s: float = 300.0) -> Non
     raise TimeoutError(f"{url} not ready after {timeout_s:.0f} s")
 
 
-def start_vllm(settings: VLLMSettings, served_name: str, port: int, log: Path) -> subprocess.Popen:
+def start_vllm(
+    settings: VLLMSettings, served_name: str, port: int, log: Path, *, wait: bool = True
+) -> subprocess.Popen:
     """The bare vLLM OpenAI server with the engine arguments our replicas use."""
     gpu = on_gpu()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
@@ -41,12 +43,15 @@ def start_vllm(settings: VLLMSettings, served_name: str, port: int, log: Path) -
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    wait_http(f"http://127.0.0.1:{port}/v1/models", proc)
+    if wait:
+        wait_http(f"http://127.0.0.1:{port}/v1/models", proc)
     return proc
 
 
-def start_llmfleet(config: Path, home: Path, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "LLMFLEET_HOME": str(home)}
+def start_llmfleet(
+    config: Path, home: Path, log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    env = {**os.environ, "LLMFLEET_HOME": str(home), **(env or {})}
     cmd = [sys.executable, "-m", "cluster.cli", "up", "--config", str(config)]
     proc = subprocess.Popen(
         cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True

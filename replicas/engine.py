@@ -55,6 +55,17 @@ class Delta:
     cached_tokens: int = 0  # prompt tokens served from the prefix cache (when known)
 
 
+@dataclass(frozen=True, slots=True)
+class RequestDone:
+    """One finished request, for the replica's per-request metrics."""
+
+    ttft_s: float | None  # None: no token was produced
+    e2e_s: float
+    prompt_tokens: int
+    output_tokens: int
+    finish_reason: str
+
+
 @runtime_checkable
 class Engine(Protocol):
     block_size: int

@@ -1,69 +1,33 @@
-"""``LLMReplica``: the Serve deployment that owns one engine.
+"""``LLMReplica``: the Serve deployment that owns one engine and its OpenAI layer.
 
-It streams the engine's deltas to the ingress as plain dicts, reports the engine's
-``stats()`` (a ``ReplicaStats``, sent as ``to_wire()``: all floats plus its version, as
-Serve's autoscaling metrics must be) to Serve's router (``record_routing_stats``), autoscaler
-(``record_autoscaling_stats``) and the status actor, and exports TTFT / ITL / E2E histograms and queue gauges
-through Ray's metrics (raw ``prometheus_client`` metrics in a replica are not exported).
-Gauges are re-set every second because Ray drops a gauge that is not updated for ~30 s.
+``handle(payload)`` answers one forwarded request (``contracts/http.py``): a
+``ResponseHead``, then body bytes / whole SSE events, produced by the engine's OpenAI layer
+— vLLM's own server application for vLLM (``vllm_openai.py``), ``openai_lite`` for the
+simulated and null engines. Cancelling the stream (the client went away) aborts the engine
+request.
+
+It reports the engine's ``stats()`` (a ``ReplicaStats``, sent as ``to_wire()``) to Serve's
+router (``record_routing_stats``), autoscaler (``record_autoscaling_stats``) and the status
+actor, and exports per-request TTFT / E2E histograms, request and token counters and queue
+gauges through Ray's metrics (raw ``prometheus_client`` metrics in a replica are not
+exported). Nothing is recorded per token on the vLLM path: inter-token latency is vLLM's
+own ``vllm:inter_token_latency_seconds`` (exported through Ray by vLLM's Ray stat logger);
+the lite layer, which has no such metric, observes ITL per engine step. Gauges are re-set
+every second because Ray drops a gauge that is not updated for ~30 s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
-from dataclasses import asdict
 from typing import Any
 
-from contracts.stats import ReplicaStats
-from replicas import metric_names as M
-from replicas.engine import GenerateRequest
+from contracts.http import ForwardedRequest, ResponseHead
 from replicas.factory import build_engine
+from replicas.metrics import ReplicaMetrics
 
 GAUGE_PERIOD_S = 1.0
-
-
-class _Metrics:
-    def __init__(self) -> None:
-        from ray.serve import metrics
-
-        b = M.LATENCY_BUCKETS_S
-        self.ttft = metrics.Histogram(
-            M.TTFT_SECONDS,
-            description="Time to first token (engine arrival to first token).",
-            boundaries=b,
-        )
-        self.itl = metrics.Histogram(
-            M.ITL_SECONDS, description="Inter-token latency.", boundaries=b
-        )
-        self.e2e = metrics.Histogram(
-            M.E2E_SECONDS, description="End-to-end request latency.", boundaries=b
-        )
-        self.requests = metrics.Counter(
-            M.REQUESTS_TOTAL, description="Finished requests.", tag_keys=("finish_reason",)
-        )
-        self.prompt_tokens = metrics.Counter(M.PROMPT_TOKENS_TOTAL, description="Prompt tokens.")
-        self.output_tokens = metrics.Counter(M.OUTPUT_TOKENS_TOTAL, description="Output tokens.")
-        self.gauges = {
-            "waiting": metrics.Gauge(
-                M.QUEUE_WAITING, description="Requests waiting in the engine."
-            ),
-            "running": metrics.Gauge(
-                M.QUEUE_RUNNING, description="Requests running in the engine."
-            ),
-            "waiting_prefill_tokens": metrics.Gauge(
-                M.WAITING_PREFILL_TOKENS, description="Prompt tokens waiting for prefill."
-            ),
-            "queue_delay_s": metrics.Gauge(
-                M.QUEUE_DELAY_SECONDS, description="Estimated wait to first token."
-            ),
-            "kv_usage": metrics.Gauge(M.KV_USAGE, description="KV-cache usage fraction."),
-        }
-        self.hit_rate = metrics.Gauge(
-            M.PREFIX_HIT_RATE, description="Prefix-cache hit rate (tokens)."
-        )
 
 
 class LLMReplica:
@@ -79,8 +43,29 @@ class LLMReplica:
             engine_spec = {**engine_spec, "settings": {**settings, "kv_events_endpoint": endpoint}}
         self.engine = build_engine(engine_spec)
         await self.engine.start()
-        self._metrics = _Metrics() if enable_metrics else None
+        self._metrics = ReplicaMetrics() if enable_metrics else None
+        self.frontend = await self._frontend(engine_spec.get("openai", {}))
         self._report_task = asyncio.get_running_loop().create_task(self._report_loop())
+
+    async def _frontend(self, openai: dict[str, Any]) -> Any:
+        from replicas.vllm_engine import VLLMEngine
+
+        on_done = self._metrics.request_done if self._metrics else None
+        if isinstance(self.engine, VLLMEngine):
+            from replicas.vllm_engine import on_gpu, openai_argv
+            from replicas.vllm_openai import VLLMOpenAI
+
+            self.engine.on_request_done = on_done
+            argv = openai_argv(self.engine.settings, on_gpu(), openai)
+            front = VLLMOpenAI(self.engine.client, argv, self.replica_id)
+            await front.start()
+            return front
+        from replicas.openai_lite.frontend import LiteOpenAI
+
+        itl = self._metrics.itl.observe if self._metrics else None
+        return LiteOpenAI(
+            self.engine, str(openai.get("served_name", "")), self.replica_id, on_done, itl
+        )
 
     async def _report_loop(self) -> None:
         from replicas.status_registry import get_status_actor
@@ -91,46 +76,16 @@ class LLMReplica:
             with contextlib.suppress(Exception):
                 stats = self.engine.stats()
                 if self._metrics is not None:
-                    self._set_gauges(stats)
+                    self._metrics.set_gauges(stats)
                 status = status or get_status_actor()
                 if status is not None:
                     status.report.remote(replica_id, stats.to_wire())
             await asyncio.sleep(GAUGE_PERIOD_S)
 
-    def _set_gauges(self, stats: ReplicaStats) -> None:
-        assert self._metrics is not None
-        for key, gauge in self._metrics.gauges.items():
-            gauge.set(float(getattr(stats, key)))
-        if stats.prefix_queries > 0:
-            self._metrics.hit_rate.set(stats.prefix_hits / stats.prefix_queries)
-
-    async def generate(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        req = GenerateRequest(**payload["request"])
-        arrival = req.arrival_time or time.time()
-        last_t: float | None = None
-        first_t: float | None = None
-        final: dict[str, Any] | None = None
-        stream_of = self.engine.generate(req)  # an async generator: aclose() ends it
-        async with contextlib.aclosing(stream_of) as stream:  # type: ignore[type-var]
-            async for delta in stream:
-                out = asdict(delta)
-                out["replica"] = self.replica_id
-                if self._metrics is not None and delta.token_times:
-                    for t in delta.token_times:
-                        if first_t is None:
-                            first_t = t
-                            self._metrics.ttft.observe(max(0.0, t - arrival))
-                        elif last_t is not None:
-                            self._metrics.itl.observe(max(0.0, t - last_t))
-                        last_t = t
-                final = out
-                yield out
-        if self._metrics is not None and final is not None:
-            self._metrics.e2e.observe(max(0.0, time.time() - arrival))
-            self._metrics.requests.inc(tags={"finish_reason": str(final.get("finish_reason"))})
-            self._metrics.prompt_tokens.inc(final["prompt_tokens"])
-            if final["completion_tokens"]:
-                self._metrics.output_tokens.inc(final["completion_tokens"])
+    async def handle(self, payload: dict[str, Any]) -> AsyncIterator[ResponseHead | bytes]:
+        fwd: ForwardedRequest = payload["request"]
+        async for item in self.frontend.handle(fwd):
+            yield item
 
     async def abort(self, request_id: str) -> None:
         await self.engine.abort(request_id)

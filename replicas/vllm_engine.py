@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from contracts.stats import ReplicaStats
-from replicas.engine import Delta, GenerateRequest
+from replicas.engine import Delta, GenerateRequest, RequestDone
 from replicas.load_stats import LoadTracker
 from replicas.prefill_backlog import PrefillBacklog
 
@@ -179,6 +179,25 @@ def _stat_logger_factory(view: _SchedulerView) -> Any:
     return _Capture
 
 
+def _prompt_len(prompt: Any) -> int:
+    ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
+    ids = ids if ids is not None else getattr(prompt, "prompt_token_ids", None)
+    return len(ids) if ids is not None else 0
+
+
+class TrackedClient:
+    """Everything of ``AsyncLLM`` unchanged, except that ``generate`` is tracked."""
+
+    def __init__(self, engine: VLLMEngine) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine._llm, name)
+
+    def generate(self, prompt: Any, sampling_params: Any, request_id: str, **kw: Any) -> Any:
+        return self._engine.tracked(prompt, sampling_params, request_id, **kw)
+
+
 class VLLMEngine:
     def __init__(self, settings: VLLMSettings) -> None:
         self.settings = settings
@@ -189,6 +208,7 @@ class VLLMEngine:
         self._tracker = LoadTracker(clock=time.monotonic)
         self._kv_capacity_tokens = 0
         self._dead: str | None = None
+        self.on_request_done: Callable[[RequestDone], None] | None = None
 
     async def start(self) -> None:
         gpu = on_gpu()
@@ -209,6 +229,49 @@ class VLLMEngine:
     @property
     def tokenizer(self) -> Any:
         return self._llm.tokenizer
+
+    @property
+    def client(self) -> Any:
+        """The ``AsyncLLM`` as vLLM's OpenAI layer should see it: every ``generate`` is
+        counted in this engine's load statistics (``replicas/vllm_openai.py``)."""
+        return TrackedClient(self)
+
+    async def tracked(
+        self, prompt: Any, params: Any, rid: str, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """``AsyncLLM.generate`` with the load tracker and prefill backlog fed per step;
+        ``on_request_done(RequestDone)`` once at the end (TTFT and E2E from here, ITL is
+        vLLM's own ``vllm:inter_token_latency_seconds``)."""
+        plen = _prompt_len(prompt)
+        start = time.monotonic()
+        self._tracker.on_request_added(rid, plen, start)
+        self._view.backlog.add(rid, plen)
+        produced, first, reason = 0, 0.0, None
+        try:
+            async for out in self._llm.generate(prompt, params, rid, **kwargs):
+                n = 0
+                for comp in out.outputs:
+                    n += len(comp.token_ids)
+                    reason = comp.finish_reason or reason
+                if n:
+                    mono = time.monotonic()
+                    if produced == 0:
+                        first = mono
+                        plen = plen or len(out.prompt_token_ids or ())
+                        cached = int(out.num_cached_tokens or 0)
+                        self._view.backlog.on_first_token(rid, cached)
+                        self._tracker.on_first_token(rid, cached, mono)
+                    self._tracker.on_output_tokens(n, mono)
+                    produced += n
+                yield out
+        finally:
+            end = time.monotonic()
+            self._view.backlog.remove(rid)
+            self._tracker.on_finished(rid, end)
+            if self.on_request_done is not None:
+                ttft = first - start if produced else None
+                done = RequestDone(ttft, end - start, plen, produced, reason or "abort")
+                self.on_request_done(done)
 
     def _sampling(self, req: GenerateRequest) -> Any:
         from vllm import SamplingParams
@@ -319,3 +382,23 @@ class VLLMEngine:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
+
+
+def openai_argv(s: VLLMSettings, gpu: bool, openai: dict[str, Any]) -> list[str]:
+    """vLLM server arguments for the OpenAI layer a replica runs in-process: the engine's own
+    arguments (so the layer's view of the model matches the engine), the served name, usage
+    with ``cached_tokens``, and the tool-call parser / chat template from the config."""
+    from dataclasses import replace
+
+    argv = server_argv(
+        replace(s, kv_events_endpoint=None),
+        gpu,
+        served_name=str(openai.get("served_name") or s.model_path),
+        port=0,
+    )
+    argv += ["--model", s.model_path, "--enable-prompt-tokens-details"]
+    if openai.get("tool_call_parser"):
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", openai["tool_call_parser"]]
+    if openai.get("chat_template"):
+        argv += ["--chat-template", openai["chat_template"]]
+    return argv

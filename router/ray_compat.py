@@ -1,6 +1,6 @@
 """The ingress → replica payload, readable by Ray Serve's own LLM routers too.
 
-Our payload is ``{"request": {...prompt_token_ids...}, "view": RequestView}``. Ray's
+Our payload is ``{"request": ForwardedRequest, "view": RequestView}``. Ray's
 ``PrefixCacheAffinityRouter`` (ray.llm._internal.serve.routing_policies.prefix_aware) looks
 for an argument with a ``prompt`` or ``messages`` *attribute* (``hasattr``), normalises it
 to a string and matches it character by character in its prefix tree; a plain dict has
@@ -30,5 +30,4 @@ class RoutedPayload(dict[str, Any]):
         view = self.get("view")
         if isinstance(view, RequestView):
             return prompt_text(view.token_ids)
-        request = self.get("request") or {}
-        return prompt_text(request.get("prompt_token_ids") or [])
+        return prompt_text(getattr(self.get("request"), "prompt_token_ids", ()))

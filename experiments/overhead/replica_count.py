@@ -54,7 +54,7 @@ def measure(replicas: int, args: argparse.Namespace, work: Path) -> dict:
         serverproc.wait_http(f"http://127.0.0.1:{PORT}/health", proc)
         for c in args.concurrency:
             a = argparse.Namespace(**{**vars(args), "concurrency": c})
-            res = drive(f"http://127.0.0.1:{PORT}", work / f"r{replicas}-c{c}.json", a)
+            res = drive(f"http://127.0.0.1:{PORT}", work / f"r{replicas}-c{c}.json", a, c)
             out["runs"][str(c)] = {
                 "output_tok_s": res["throughput"]["output_tok_s"],
                 "ttft_p50_ms": res["ttft_ms"]["p50"],

@@ -16,6 +16,8 @@ def vllm_app(ray_session: None) -> Iterator[str]:
             # router's index consumes them (checked in the metrics test)
             "routing": {"policy": "prefix-precise"},
             "engine": {"vllm": {"kv_cache_gib": 1, "max_num_seqs": 16}},
+            # named / required / auto tool choice need a parser in this vLLM (API parity)
+            "model": {"tool_call_parser": "hermes"},
         }
     )
     yield MODEL

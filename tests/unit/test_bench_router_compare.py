@@ -13,6 +13,7 @@ from bench.report import summarize
 from bench.types import RequestRecord
 from cluster.twin import cli as twin_cli
 from contracts.hashing import block_hashes
+from contracts.http import ForwardedRequest
 from experiments.routing.compare import (
     live_sim_setup,
     main,
@@ -236,11 +237,13 @@ def test_quick_live_setup_caps_requests() -> None:
 
 def test_routed_payload_exposes_prompt_for_ray_routers() -> None:
     view = RequestView("r1", "m", (5, 17, 3), (), 4)
-    payload = RoutedPayload(request={"prompt_token_ids": [5, 17, 3]}, view=view)
+    fwd = ForwardedRequest("/v1/completions", b"{}", "r1", prompt_token_ids=(5, 17, 3))
+    payload = RoutedPayload(request=fwd, view=view)
     assert payload.prompt == "5 17 3" == prompt_text((5, 17, 3))
     assert payload["view"] is view
     assert isinstance(payload, dict)
-    assert RoutedPayload(request={"prompt_token_ids": [1, 2]}).prompt == "1 2"
+    fwd2 = ForwardedRequest("/v1/completions", b"{}", "r2", prompt_token_ids=(1, 2))
+    assert RoutedPayload(request=fwd2).prompt == "1 2"
     assert not hasattr(payload, "messages")
 
 

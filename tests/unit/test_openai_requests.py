@@ -1,11 +1,14 @@
+import json
 from typing import Any
 
 import pytest
 
-from cluster.openai_format import SSE_DONE, Formatter, sse, usage
-from cluster.openai_protocol import APIError, ChatRequest, CompletionRequest, decode_json, validate
-from cluster.request_prep import Limits, prepare
+from cluster.request_prep import Limits, decode_json, prepare
 from contracts.hashing import block_hashes
+from contracts.http import APIError, ForwardedRequest
+from replicas.openai_lite.format import SSE_DONE, Formatter, sse, usage
+from replicas.openai_lite.frontend import check_context
+from replicas.openai_lite.protocol import ChatRequest, CompletionRequest, validate
 
 LIMITS = Limits(
     served_name="m", max_model_len=256, max_tokens_cap=100, default_max_tokens=50, block_size=16
@@ -77,40 +80,62 @@ def test_validation_errors_are_openai_shaped(
     assert set(e.body()["error"]) == {"message", "type", "param", "code"}
 
 
-def test_unknown_model_is_404(tokenizer: Any) -> None:
-    req = validate(CompletionRequest, {"model": "other", "prompt": "hi"})
-    e = err_of(prepare, req, tokenizer, LIMITS)
+def _prep(path: str, body: dict[str, Any], tokenizer: Any) -> Any:
+    return prepare(path, json.dumps(body).encode(), tokenizer, LIMITS)
+
+
+def _sent(p: Any) -> dict[str, Any]:
+    fwd = p.payload["request"]
+    assert isinstance(fwd, ForwardedRequest)
+    return json.loads(fwd.body)
+
+
+def test_unknown_or_missing_model(tokenizer: Any) -> None:
+    e = err_of(_prep, "/v1/completions", {"model": "other", "prompt": "hi"}, tokenizer)
     assert (e.status, e.code, e.param) == (404, "model_not_found", "model")
+    e = err_of(_prep, "/v1/completions", {"prompt": "hi"}, tokenizer)
+    assert (e.status, e.code) == (400, "missing_required_parameter")
+    assert _prep("/tokenize", {"prompt": "hi"}, tokenizer).view.token_ids == ()
 
 
-def test_context_length_exceeded(tokenizer: Any) -> None:
-    long_ids = list(range(1000, 1250))
-    req = validate(CompletionRequest, {"model": "m", "prompt": long_ids, "max_tokens": 10})
-    e = err_of(prepare, req, tokenizer, LIMITS)
+def test_context_length_exceeded_in_the_lite_layer() -> None:
+    e = err_of(check_context, 250, 10, 256)
     assert (e.status, e.code) == (400, "context_length_exceeded")
     assert "256" in e.message
     assert "260" in e.message
-    over = validate(CompletionRequest, {"model": "m", "prompt": list(range(1000, 1300))})
-    assert err_of(prepare, over, tokenizer, LIMITS).code == "context_length_exceeded"
+    assert err_of(check_context, 300, None, 256).code == "context_length_exceeded"
+    assert check_context(230, None, 256) == 26
 
 
 def test_max_tokens_cap(tokenizer: Any) -> None:
-    req = validate(CompletionRequest, {"model": "m", "prompt": "hi", "max_tokens": 101})
-    e = err_of(prepare, req, tokenizer, LIMITS)
+    body = {"model": "m", "prompt": "hi", "max_tokens": 101}
+    e = err_of(_prep, "/v1/completions", body, tokenizer)
     assert (e.status, e.param) == (400, "max_tokens")
+    chat = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    e = err_of(_prep, "/v1/chat/completions", {**chat, "max_completion_tokens": 101}, tokenizer)
+    assert e.param == "max_completion_tokens"
 
 
 def test_token_ids_out_of_vocab(tokenizer: Any) -> None:
-    req = validate(CompletionRequest, {"model": "m", "prompt": [1, 10**9]})
-    assert err_of(prepare, req, tokenizer, LIMITS).param == "prompt"
+    e = err_of(_prep, "/v1/completions", {"model": "m", "prompt": [1, 10**9]}, tokenizer)
+    assert e.param == "prompt"
 
 
 def test_default_max_tokens_fits_context(tokenizer: Any) -> None:
     ids = list(range(1000, 1230))
-    p = prepare(validate(CompletionRequest, {"model": "m", "prompt": ids}), tokenizer, LIMITS)
-    assert p.max_tokens == 26  # min(default 50, room 256 - 230)
-    p = prepare(validate(CompletionRequest, {"model": "m", "prompt": "hi"}), tokenizer, LIMITS)
-    assert p.max_tokens == 50
+    p = _prep("/v1/completions", {"model": "m", "prompt": ids}, tokenizer)
+    assert _sent(p)["max_tokens"] == 26  # min(default 50, room 256 - 230)
+    assert p.view.expected_output_tokens == 26
+    p = _prep("/v1/completions", {"model": "m", "prompt": "hi"}, tokenizer)
+    assert _sent(p)["max_tokens"] == 50
+    p = _prep("/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 7}, tokenizer)
+    assert _sent(p)["max_tokens"] == 7
+
+
+def test_unrenderable_shapes_route_on_load_alone(tokenizer: Any) -> None:
+    body = {"model": "m", "messages": [{"role": "assistant", "tool_calls": []}], "n": 2}
+    p = _prep("/v1/chat/completions", body, tokenizer)
+    assert _sent(p)["n"] == 2  # forwarded unchanged: the replica's OpenAI layer decides
 
 
 def test_chat_template_and_routing_view(tokenizer: Any) -> None:
@@ -123,18 +148,21 @@ def test_chat_template_and_routing_view(tokenizer: Any) -> None:
         "max_completion_tokens": 7,
         "user": "u1",
         "temperature": 0,
+        "logprobs": True,
     }
-    p = prepare(validate(ChatRequest, body), tokenizer, LIMITS)
-    text = tokenizer.decode(p.token_ids)
+    p = _prep("/v1/chat/completions", body, tokenizer)
+    ids = list(p.view.token_ids)
+    text = tokenizer.decode(ids)
     assert "Be brief." in text
     assert "Hi" in text
     assert text.rstrip().endswith("assistant")
-    assert p.max_tokens == 7
+    assert p.view.expected_output_tokens == 7
     assert p.view.session_id == "u1"
-    assert p.view.block_hashes == block_hashes(p.token_ids, 16)
-    gen = p.payload["request"]
-    assert gen["prompt_token_ids"] == p.token_ids
-    assert gen["temperature"] == 0
+    assert p.view.block_hashes == block_hashes(ids, 16)
+    fwd = p.payload["request"]
+    assert list(fwd.prompt_token_ids) == ids
+    assert _sent(p) == body
+    assert p.payload.prompt == " ".join(map(str, ids))
 
 
 def test_formatter_shapes() -> None:

@@ -46,7 +46,7 @@ class Formatter:
 
     def full(self, text: str, finish_reason: str | None, u: dict[str, Any]) -> dict[str, Any]:
         if self.chat:
-            msg = {"role": "assistant", "content": text}
+            msg = {"role": "assistant", "content": text, "refusal": None}
             choice = {"index": 0, "message": msg, "logprobs": None, "finish_reason": finish_reason}
             return {**self._base("chat.completion"), "choices": [choice], "usage": u}
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}

@@ -18,35 +18,7 @@ from pydantic import (
     field_validator,
 )
 
-
-class APIError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = (
-            status,
-            message,
-            type,
-            param,
-            code,
-        )
-
-    def body(self) -> dict[str, Any]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
+from contracts.http import APIError
 
 
 def _at_least_one(cls: type, v: int | None, info: ValidationInfo) -> int | None:  # noqa: ARG001 (pydantic reads the name)

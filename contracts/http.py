@@ -1,0 +1,73 @@
+"""The ingress → replica HTTP hop: one forwarded request in, one response stream out.
+
+::
+
+    client ─HTTP─► ingress ──ForwardedRequest──► replica (OpenAI layer + engine)
+           ◄─HTTP─        ◄── ResponseHead, bytes, bytes, … ──
+
+Contract
+- The ingress forwards the client's JSON body unchanged except for the fields it owns
+  (``max_tokens`` default, see ``cluster/request_prep.py``); the replica's OpenAI layer
+  (vLLM's own, or ``replicas/openai_lite`` for the simulated and null engines) validates
+  it and answers exactly as that layer would.
+- The replica's stream yields one ``ResponseHead`` first, then the body as ``bytes``
+  items. For ``text/event-stream`` each item is one or more whole SSE events, already
+  encoded: the relays pass them on without parsing. Whatever the engine produced while a
+  relay was busy is coalesced into one item, so a slow hop carries fewer, larger objects.
+- Errors are OpenAI-shaped (``api_error_body``): ``{"error": {message, type, param,
+  code}}`` with a string (or null) ``code``; a 4xx for the client's mistakes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SSE = "text/event-stream"
+JSON = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedRequest:
+    path: str  # e.g. "/v1/chat/completions"
+    body: bytes  # the JSON body, as forwarded
+    request_id: str  # the ingress's id (logs, routing bookkeeping)
+    prompt_token_ids: tuple[int, ...] = ()  # the ingress's tokenization (may be empty)
+    stream: bool = False
+    arrival_time: float = 0.0  # time.time() at the ingress
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHead:
+    status: int
+    media_type: str
+    replica_id: str = ""
+
+
+class APIError(Exception):
+    """An OpenAI-shaped error; ``status`` is the HTTP status."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return api_error_body(self.message, self.type, self.param, self.code)
+
+
+def api_error_body(
+    message: str, type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
