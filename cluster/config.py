@@ -218,6 +218,10 @@ class ServerConfig(_Strict):
     request_timeout_s: float = Field(
         600.0, gt=0, description="Upper bound on one request's life at the ingress."
     )
+    ingress: Literal["proxy", "direct"] = Field(
+        "proxy",
+        description="proxy: Serve's HTTP proxy in front of the ingress; direct: the ingress replica serves `port` itself (one Ray hop fewer per token; Serve's proxy moves to port + 100).",
+    )
 
 
 class FleetConfig(_Strict):

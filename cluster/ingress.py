@@ -89,12 +89,12 @@ def _deployments() -> dict[str, Any]:
 @serve.ingress(app)
 class OpenAIIngress:
     def __init__(self, replicas: Any, settings: dict[str, Any]) -> None:
-        from transformers import AutoTokenizer
+        from cluster.light_tokenizer import load_tokenizer
 
         self.replicas = replicas
         self.limits = Limits(**settings["limits"])
         self.timeout_s = float(settings.get("request_timeout_s", 600.0))
-        self.tokenizer = AutoTokenizer.from_pretrained(settings["tokenizer_path"])
+        self.tokenizer = load_tokenizer(settings["tokenizer_path"])
 
     @app.get("/v1/models")
     async def models(self) -> dict[str, Any]:

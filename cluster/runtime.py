@@ -32,10 +32,36 @@ def base_env() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+DIRECT_PROXY_PORT_OFFSET = 100  # direct ingress: Serve's proxy still starts; keep it aside
+
+
+def direct_ingress_env(cfg: FleetConfig) -> dict[str, str]:
+    """Serve's direct ingress: the ingress replica serves ``server.port`` itself, so tokens
+    skip the HTTP proxy's extra Ray hop (Serve still starts a proxy: it gets port + 100).
+    Read by Serve's processes at start, so set before ``ray.init``."""
+    if cfg.server.ingress != "direct":
+        return {}
+    port = cfg.server.port
+    return {
+        "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+        "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 1),
+        "RAY_SERVE_DEFAULT_HTTP_HOST": cfg.server.host,
+    }
+
+
+def http_options(cfg: FleetConfig) -> dict[str, Any]:
+    port = cfg.server.port
+    if cfg.server.ingress == "direct":
+        port += DIRECT_PROXY_PORT_OFFSET
+    return {"host": cfg.server.host, "port": port}
+
+
 def start_ray(cfg: FleetConfig) -> str:
     import ray
 
     base_env()
+    os.environ.update(direct_ingress_env(cfg))
     ctx: Any = ray.init(  # a RayContext: address_info is not in its annotated base type
         num_cpus=cfg.server.ray_num_cpus,
         include_dashboard=cfg.server.include_dashboard,
@@ -58,7 +84,7 @@ def deploy(cfg: FleetConfig, *, enable_metrics: bool = True) -> str:
     from replicas.status_registry import ensure_status_actor
 
     ensure_status_actor()
-    serve.start(http_options={"host": cfg.server.host, "port": cfg.server.port})
+    serve.start(http_options=http_options(cfg))
     serve.run(
         build_app(cfg, enable_metrics=enable_metrics),
         name=APP_NAME,

@@ -45,6 +45,7 @@ _ROLES = (
     ("haproxy", "proxy"),
     ("ServeController", "controller"),
     ("EngineCore", "engine-core"),
+    ("VLLM::Worker", "engine-worker"),
     ("raylet", "ray-system"),
     ("gcs_server", "ray-system"),
     ("StatusActor", "status"),

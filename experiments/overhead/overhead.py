@@ -39,6 +39,7 @@ def _fleet_config(path: Path, args: argparse.Namespace) -> None:
     engine = "".join(f"    {k}: {v}\n" for k, v in ENGINE.items())
     path.write_text(
         f"server:\n  port: {FLEET_PORT}\n  metrics_export_port: 18012\n"
+        f"  ingress: {args.ingress}\n"
         f"replicas:\n  num_replicas: 1\n"
         f"engine:\n  vllm:\n{engine}"
         f"routing:\n  policy: {args.router}\n"
@@ -185,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--router", default="prefix")
     p.add_argument("--fleet-env", action="append", default=[], help="KEY=VALUE for llmfleet")
+    p.add_argument("--ingress", choices=("proxy", "direct"), default="proxy")
     args = p.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     levels = [int(c) for c in str(args.concurrency).split(",")]
