@@ -33,6 +33,7 @@ def engine_spec(cfg: FleetConfig, model_dir: str) -> dict[str, Any]:
     spec["openai"] = {
         "served_name": m.served_name,
         "tool_call_parser": m.tool_call_parser,
+        "tool_strict_level": m.tool_strict_level,
         "chat_template": m.chat_template,
     }
     if cfg.engine.fail_after_tokens is not None:

@@ -39,7 +39,11 @@ class ModelConfig(_Strict):
     )
     tool_call_parser: str | None = Field(
         None,
-        description="vLLM tool-call parser for `tool_choice: auto` (e.g. hermes, llama3_json); named and required tool choice work without one.",
+        description="vLLM tool-call parser (e.g. hermes, llama3_json): tools with `tool_choice` auto, required or named use the model's call format through it.",
+    )
+    tool_strict_level: Literal["auto", "function", "parameter"] = Field(
+        "auto",
+        description="vLLM's tool-call constraint floor: auto = per request (`strict: true` tools get schema-valid arguments), function = always constrain the call envelope, parameter = every tool as if strict.",
     )
     chat_template: str | None = Field(
         None,

@@ -399,6 +399,8 @@ def openai_argv(s: VLLMSettings, gpu: bool, openai: dict[str, Any]) -> list[str]
     argv += ["--model", s.model_path, "--enable-prompt-tokens-details"]
     if openai.get("tool_call_parser"):
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", openai["tool_call_parser"]]
+    if openai.get("tool_strict_level", "auto") != "auto":
+        argv += ["--tool-strict-level", openai["tool_strict_level"]]
     if openai.get("chat_template"):
         argv += ["--chat-template", openai["chat_template"]]
     return argv

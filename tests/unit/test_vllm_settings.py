@@ -39,3 +39,24 @@ def test_bare_server_refuses_kv_events() -> None:
     s = VLLMSettings(model_path="/m", kv_events_endpoint="ipc:///tmp/x")
     with pytest.raises(ValueError, match="without KV events"):
         server_argv(s, False, served_name="m", port=8011)
+
+
+def test_openai_layer_flags_carry_the_model_section() -> None:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from replicas.vllm_engine import openai_argv
+
+    cfg = parse_config({"model": {"tool_call_parser": "hermes", "tool_strict_level": "parameter"}})
+    spec = engine_spec(cfg, "/models/m")
+    s = VLLMSettings(**spec["settings"])
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(
+        openai_argv(s, False, spec["openai"])
+    )
+    assert args.enable_auto_tool_choice
+    assert (args.tool_call_parser, args.tool_strict_level) == ("hermes", "parameter")
+    assert args.enable_prompt_tokens_details
+    assert args.served_model_name == [cfg.model.served_name]
+    default = openai_argv(s, False, engine_spec(parse_config({}), "/models/m")["openai"])
+    assert "--tool-strict-level" not in default
+    assert "--enable-auto-tool-choice" not in default
