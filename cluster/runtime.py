@@ -47,6 +47,11 @@ def direct_ingress_env(cfg: FleetConfig) -> dict[str, str]:
         "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
         "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 1),
         "RAY_SERVE_DEFAULT_HTTP_HOST": cfg.server.host,
+        # Serve holds a released port out of its pool for HAProxy's hard-stop time + 30 s
+        # (150 s) so a stale HAProxy worker cannot reach a new owner. There is no HAProxy
+        # here and the pool is this one port: a redeployed or restarted ingress would wait
+        # 150 s for it.
+        "RAY_SERVE_PORT_QUARANTINE_S": "0",
     }
 
 

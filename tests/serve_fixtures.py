@@ -19,14 +19,14 @@ def ray_session() -> Iterator[None]:
     from ray import serve
 
     from cluster.config import FleetConfig
-    from cluster.runtime import start_ray
+    from cluster.runtime import http_options, start_ray
 
     if ray.is_initialized():  # a module imported this fixture again: reuse the cluster
         yield
         return
     cfg = FleetConfig.model_validate({"server": {"port": TEST_PORT, "metrics_export_port": 18080}})
     start_ray(cfg)
-    serve.start(http_options={"host": "127.0.0.1", "port": TEST_PORT})
+    serve.start(http_options=http_options(cfg))  # as `llmfleet up` starts it
     yield
     serve.shutdown()
     ray.shutdown()

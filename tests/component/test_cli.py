@@ -198,3 +198,49 @@ def test_up_autoscale_scales_1_to_n_to_1_under_bench_load(
     finally:
         run(["down"], env)
         proc.wait(timeout=60)
+
+
+@pytest.mark.parametrize("ingress", ["direct", "proxy"])
+def test_both_ingress_modes_serve_the_port(
+    tmp_path: Path, env: dict[str, str], ingress: str
+) -> None:
+    """`server.ingress`: direct (the ingress replica serves the port and Serve's proxy sits on
+    port + 100) and proxy (the default: Serve's proxy on the port) answer the same API: a
+    stream with the replica header, an OpenAI-shaped 404, a client that drops a stream."""
+    port = PORT + (3 if ingress == "direct" else 4)
+    yaml_text = (
+        f"server:\n  port: {port}\n  metrics_export_port: {port + 10_000}\n  ingress: {ingress}\n"
+        "replicas:\n  num_cpus: 0.1\nengine:\n  sim:\n    speed: 5.0\n"
+    )
+    proc = _start(tmp_path, env, yaml_text, ("--replicas", "1"))
+    url = f"http://127.0.0.1:{port}"
+    body = {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        with httpx.stream(
+            "POST", f"{url}/v1/chat/completions", timeout=60,
+            json={**body, "stream": True, "max_tokens": 5},
+        ) as r:  # fmt: skip
+            assert r.status_code == 200
+            assert r.headers["x-llmfleet-replica"]
+            lines = [ln for ln in r.iter_lines() if ln]
+        assert lines[-1] == "data: [DONE]"
+        assert sum('"content"' in ln for ln in lines) >= 5
+        bad = httpx.post(f"{url}/v1/chat/completions", json={**body, "model": "x"}, timeout=30)
+        assert bad.status_code == 404
+        assert bad.json()["error"]["code"] == "model_not_found"
+        with httpx.stream(
+            "POST", f"{url}/v1/chat/completions", timeout=60,
+            json={**body, "stream": True, "max_tokens": 400},
+        ) as r:  # fmt: skip
+            next(r.iter_lines())  # drop the stream after its first event
+        again = httpx.post(f"{url}/v1/chat/completions", json={**body, "max_tokens": 2}, timeout=60)
+        assert again.status_code == 200
+        other = f"http://127.0.0.1:{port + 100}/v1/models"
+        if ingress == "direct":  # Serve's proxy still runs, aside
+            assert httpx.get(other, timeout=30).status_code == 200
+        else:
+            with pytest.raises(httpx.HTTPError):
+                httpx.get(other, timeout=3)
+    finally:
+        run(["down"], env)
+        proc.wait(timeout=60)
