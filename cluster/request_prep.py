@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from contracts.http import APIError, ForwardedRequest
+from contracts.http import APIError, ForwardedRequest, decode_json
 from router.ray_compat import RoutedPayload
 from router.types import RequestView
 from router.views import make_request_view
@@ -51,16 +51,6 @@ class Prepared:
     stream: bool
     view: RequestView
     payload: dict[str, Any]  # RoutedPayload(request=ForwardedRequest, view=RequestView)
-
-
-def decode_json(raw: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise APIError(400, f"request body is not valid JSON: {err}", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise APIError(400, "request body must be a JSON object", code="invalid_json")
-    return data
 
 
 def check_model(body: dict[str, Any], path: str, limits: Limits) -> None:

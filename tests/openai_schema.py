@@ -211,7 +211,8 @@ _V = {
 }
 
 
-def _check(name: str, body: Any) -> None:
+def validate(name: str, body: Any) -> None:
+    """Raise AssertionError listing where ``body`` breaks OpenAI's schema ``name``."""
     errors = sorted(_V[name].iter_errors(body), key=lambda e: list(e.absolute_path))
     if errors:
         lines = [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors]
@@ -219,20 +220,20 @@ def _check(name: str, body: Any) -> None:
 
 
 def validate_chat(body: Any) -> None:
-    _check("chat", body)
+    validate("chat", body)
 
 
 def validate_chat_chunk(body: Any) -> None:
-    _check("chat_chunk", body)
+    validate("chat_chunk", body)
 
 
 def validate_completion(body: Any) -> None:
-    _check("completion", body)
+    validate("completion", body)
 
 
 def validate_completion_chunk(body: Any) -> None:
-    _check("completion_chunk", body)
+    validate("completion_chunk", body)
 
 
 def validate_error(body: Any) -> None:
-    _check("error", body)
+    validate("error", body)

@@ -15,10 +15,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from contracts.http import JSON, SSE, APIError, ForwardedRequest, ResponseHead
+from contracts.http import JSON, SSE, APIError, ForwardedRequest, ResponseHead, decode_json
 from replicas.engine import Delta, Engine, GenerateRequest, RequestDone
 from replicas.openai_lite.format import SSE_DONE, Formatter, sse, usage
-from replicas.openai_lite.protocol import ChatRequest, CompletionRequest, decode_json, validate
+from replicas.openai_lite.protocol import ChatRequest, CompletionRequest, validate
 
 PATHS: dict[str, type] = {"/v1/chat/completions": ChatRequest, "/v1/completions": CompletionRequest}
 

@@ -6,7 +6,6 @@ client sends can produce a 500 or a stack trace.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from pydantic import (
@@ -113,16 +112,6 @@ class ChatRequest(_Sampling):
         return v
 
     _positive_mct = field_validator("max_completion_tokens")(_at_least_one)
-
-
-def decode_json(raw: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise APIError(400, f"request body is not valid JSON: {err}", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise APIError(400, "request body must be a JSON object", code="invalid_json")
-    return data
 
 
 def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:

@@ -63,29 +63,27 @@ def events(path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def call(path: str, body: dict[str, Any], stream: bool, kind: str) -> Any:
+    """POST ``body`` (streamed or not) and validate every body or event as OpenAI's ``kind``."""
+    if stream:
+        evs = events(path, {**body, "stream": True})
+        for e in evs:
+            S.validate(f"{kind}_chunk", e)
+        return evs
+    out = raw(path, body)
+    S.validate(kind, out)
+    return out
+
+
 def chat(model: str, stream: bool = False, **kw: Any) -> Any:
     body = {"model": model, "messages": MSGS, "max_tokens": 16, "temperature": 0, **kw}
-    if stream:
-        evs = events("/v1/chat/completions", {**body, "stream": True})
-        for e in evs:
-            S.validate_chat_chunk(e)
-        return evs
-    out = raw("/v1/chat/completions", body)
-    S.validate_chat(out)
-    return out
+    return call("/v1/chat/completions", body, stream, "chat")
 
 
 def completion(model: str, stream: bool = False, **kw: Any) -> Any:
     body = {"model": model, "prompt": "The capital of France is", "max_tokens": 8, **kw}
     body.setdefault("temperature", 0)
-    if stream:
-        evs = events("/v1/completions", {**body, "stream": True})
-        for e in evs:
-            S.validate_completion_chunk(e)
-        return evs
-    out = raw("/v1/completions", body)
-    S.validate_completion(out)
-    return out
+    return call("/v1/completions", body, stream, "completion")
 
 
 def stream_text(evs: list[dict[str, Any]], index: int = 0) -> str:
