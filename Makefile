@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 SRC := contracts replicas router autoscaler bench cluster experiments
 
-.PHONY: install model run test lint unit bench-overhead bench-fidelity bench-replicas bench-router bench-autoscale bench-batching calibrate-sim clean
+.PHONY: install model run test lint unit bench-overhead bench-fidelity bench-replicas bench-router bench-autoscale bench-batching bench-spec-decode calibrate-sim clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -59,6 +59,9 @@ bench-autoscale: model
 
 bench-batching: install
 	$(PY) -m experiments.batching.batching --out-dir results
+
+bench-spec-decode: model
+	$(PY) -m experiments.spec_decode.spec_decode --out results/spec_decode.json
 
 calibrate-sim: model
 	$(PY) -m experiments.calibration.calibrate --out replicas/sim/cpu_fit.json

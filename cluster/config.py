@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 
 class _Strict(BaseModel):
@@ -89,6 +97,28 @@ class VLLMArgs(_Strict):
     gpu_memory_utilization: float = Field(
         0.9, gt=0, le=1, description="GPU only: fraction of GPU memory vLLM may use."
     )
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Any other vLLM engine argument by its snake_case name (quantization, kv_cache_dtype, speculative_config, ...), checked by vLLM's own parser at load; keys llmfleet sets are refused (docs/serving.md).",
+    )
+
+    @field_validator("engine_args")
+    @classmethod
+    def _check_engine_args(cls, args: dict[str, Any]) -> dict[str, Any]:
+        from replicas.engine_args import EngineArgsError, check_engine_args
+
+        try:
+            return check_engine_args(args)
+        except EngineArgsError as err:  # one error per key, located at engine_args.<key>
+            details = [
+                InitErrorDetails(
+                    type=PydanticCustomError("engine_arg", "{reason}", {"reason": reason}),
+                    loc=(key,),
+                    input=args.get(key),
+                )
+                for key, reason in err.errors
+            ]
+            raise ValidationError.from_exception_data("engine_args", details) from None
 
 
 class SimArgs(_Strict):

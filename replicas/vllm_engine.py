@@ -19,11 +19,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.stats import ReplicaStats
 from replicas.engine import Delta, GenerateRequest, RequestDone
+from replicas.engine_args import engine_args_argv, engine_kwargs_of
 from replicas.load_stats import LoadTracker
 from replicas.prefill_backlog import PrefillBacklog
 
@@ -45,6 +46,8 @@ class VLLMSettings:
     gpu_memory_utilization: float = 0.9
     kv_events_endpoint: str | None = None  # e.g. "ipc:///tmp/llmfleet-kv-<replica>"
     ray_metrics: bool = False  # export vllm:* metrics through Ray (inside Serve replicas)
+    # any other engine argument, checked at config load (replicas/engine_args.py)
+    engine_args: dict[str, Any] = field(default_factory=dict)
 
 
 def on_gpu() -> bool:
@@ -76,7 +79,8 @@ def set_cpu_env(s: VLLMSettings) -> None:
 def engine_kwargs(s: VLLMSettings, gpu: bool) -> dict[str, Any]:
     """vLLM engine arguments (``AsyncEngineArgs`` fields) for these settings: the one
     translation, used by our replicas and by the bare vLLM server the benchmarks compare
-    against (``server_argv``). KV events are added by ``engine_args`` only."""
+    against (``server_argv``). KV events are added by ``engine_args`` only; the pass-through
+    ``s.engine_args`` by ``engine_args`` (as parsed values) and ``server_argv`` (as flags)."""
     kwargs: dict[str, Any] = dict(
         model=s.model_path,
         tokenizer=s.model_path,
@@ -103,7 +107,7 @@ def engine_kwargs(s: VLLMSettings, gpu: bool) -> dict[str, Any]:
 
 def server_argv(s: VLLMSettings, gpu: bool, *, served_name: str, port: int) -> list[str]:
     """``python -m vllm.entrypoints.openai.api_server`` flags with the same engine arguments
-    as our replicas (``engine_kwargs``), served on 127.0.0.1."""
+    as our replicas (``engine_kwargs`` and the pass-through ``engine_args``), on 127.0.0.1."""
     if s.kv_events_endpoint:
         raise ValueError("the bare vLLM server is started without KV events")
     argv = ["--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port)]
@@ -115,13 +119,13 @@ def server_argv(s: VLLMSettings, gpu: bool, *, served_name: str, port: int) -> l
             argv.append(flag if value else "--no-" + key.replace("_", "-"))
         else:
             argv += [flag, str(value)]
-    return argv
+    return argv + engine_args_argv(s.engine_args)
 
 
 def engine_args(s: VLLMSettings, gpu: bool) -> Any:
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    kwargs = engine_kwargs(s, gpu)
+    kwargs = engine_kwargs(s, gpu) | engine_kwargs_of(s.engine_args)
     if s.kv_events_endpoint:
         from vllm.config import KVEventsConfig
 

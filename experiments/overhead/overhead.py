@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from bench import cli as bench_cli
 from experiments import proctree, serverproc
+from replicas.engine_args import check_engine_args
 from replicas.model_prep import DEFAULT_MODEL, default_model_dir, ensure_default_model
 from replicas.vllm_engine import VLLMSettings
 
@@ -36,14 +38,13 @@ ENGINE: dict[str, Any] = {"max_num_seqs": 32, "max_num_batched_tokens": 512, "kv
 
 
 def _fleet_config(path: Path, args: argparse.Namespace) -> None:
-    engine = "".join(f"    {k}: {v}\n" for k, v in ENGINE.items())
-    path.write_text(
-        f"server:\n  port: {FLEET_PORT}\n  metrics_export_port: 18012\n"
-        f"  ingress: {args.ingress}\n"
-        f"replicas:\n  num_replicas: 1\n"
-        f"engine:\n  vllm:\n{engine}"
-        f"routing:\n  policy: {args.router}\n"
-    )
+    cfg = {
+        "server": {"port": FLEET_PORT, "metrics_export_port": 18012, "ingress": args.ingress},
+        "replicas": {"num_replicas": 1},
+        "engine": {"vllm": ENGINE | {"engine_args": args.engine_args}},
+        "routing": {"policy": args.router},
+    }
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
 def drive(url: str, out: Path, args: argparse.Namespace, concurrency: int) -> dict[str, Any]:
@@ -187,12 +188,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--router", default="prefix")
     p.add_argument("--fleet-env", action="append", default=[], help="KEY=VALUE for llmfleet")
     p.add_argument("--ingress", choices=("proxy", "direct"), default="proxy")
+    p.add_argument(
+        "--engine-args",
+        type=json.loads,
+        default={},
+        help='engine.vllm.engine_args for both servers, as JSON (e.g. \'{"kv_cache_dtype": "fp8"}\')',
+    )
     args = p.parse_args(argv)
+    check_engine_args(args.engine_args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     levels = [int(c) for c in str(args.concurrency).split(",")]
     model_dir = str(ensure_default_model())
     work = Path(tempfile.mkdtemp(prefix="llmfleet-overhead-"))
-    settings = VLLMSettings(model_path=model_dir, **ENGINE)
+    settings = VLLMSettings(model_path=model_dir, **ENGINE, engine_args=args.engine_args)
     servers: dict[str, Any] = {}
     peaks: dict[str, proctree.PeakRSS] = {}
     starts: dict[str, float] = {}

@@ -15,9 +15,11 @@ from replicas.vllm_engine import VLLMSettings, engine_kwargs, server_argv
 def test_every_config_field_is_a_setting_the_engine_reads() -> None:
     settings = {f.name for f in dataclasses.fields(VLLMSettings)}
     assert set(VLLMArgs.model_fields) - {"kv_events"} <= settings
-    spec = engine_spec(parse_config({"engine": {"vllm": {"max_num_seqs": 7}}}), "/models/m")
+    vllm = {"max_num_seqs": 7, "engine_args": {"kv_cache_dtype": "fp8"}}
+    spec = engine_spec(parse_config({"engine": {"vllm": vllm}}), "/models/m")
     built = VLLMSettings(**spec["settings"])  # the replica builds exactly this
     assert built.max_num_seqs == 7
+    assert built.engine_args == {"kv_cache_dtype": "fp8"}
     assert built.model_path == "/models/m"
 
 
@@ -26,11 +28,19 @@ def test_bare_server_flags_parse_to_the_replicas_engine_arguments(gpu: bool) -> 
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    s = VLLMSettings(model_path="/m", kv_cache_gib=0.5, max_num_seqs=24, block_size=128)
+    extra = {
+        "kv_cache_dtype": "fp8",
+        "speculative_config": {"method": "ngram", "prompt_lookup_max": 4},
+    }
+    s = VLLMSettings(
+        model_path="/m", kv_cache_gib=0.5, max_num_seqs=24, block_size=128, engine_args=extra
+    )
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(
         server_argv(s, gpu, served_name="m", port=8011)
     )
     for key, value in engine_kwargs(s, gpu).items():
+        assert getattr(args, key) == value, key
+    for key, value in extra.items():  # the pass-through engine arguments too
         assert getattr(args, key) == value, key
     assert (args.host, args.port, args.served_model_name) == ("127.0.0.1", 8011, ["m"])
 
