@@ -19,11 +19,14 @@ INGRESS_DEPLOYMENT = "OpenAIIngress"
 KV_EVENTS_ENDPOINT = "ipc:///tmp/llmfleet-kv-{replica_id}"  # one ZMQ publisher per replica (binds)
 CPU_BLOCK_SIZE = 128  # vLLM-CPU's default KV block
 GPU_BLOCK_SIZE = 16
+NULL_BLOCK_SIZE = 16  # no KV cache; the routers' prefix hashing still needs a block
 
 
 def engine_block_size(cfg: FleetConfig, gpu: bool) -> int:
     if cfg.engine.type == "sim":
         return cfg.engine.sim.block_size
+    if cfg.engine.type == "null":
+        return NULL_BLOCK_SIZE
     return cfg.engine.vllm.block_size or (GPU_BLOCK_SIZE if gpu else CPU_BLOCK_SIZE)
 
 
@@ -59,6 +62,18 @@ def _engine_spec(cfg: FleetConfig, model_dir: str) -> dict[str, Any]:
                 "speed": s.speed,
                 "batching": s.batching,
                 "tokenizer_path": model_dir,
+            },
+        }
+    if e.type == "null":
+        n = e.null
+        return {
+            "type": "null",
+            "settings": {
+                "step_s": n.step_s,
+                "prefill_s": n.prefill_s,
+                "max_num_seqs": n.max_num_seqs,
+                "max_model_len": cfg.model.max_model_len,
+                "block_size": NULL_BLOCK_SIZE,
             },
         }
     v = e.vllm

@@ -152,7 +152,7 @@ def _add_up(sub: Any) -> None:
     p = sub.add_parser("up", help="start a local Ray cluster and serve the OpenAI API (foreground)")
     p.add_argument("--config", default=None, help="YAML config file")
     p.add_argument("--replicas", type=int, default=None)
-    p.add_argument("--engine", choices=["vllm", "sim"], default=None)
+    p.add_argument("--engine", choices=["vllm", "sim", "null"], default=None)
     p.add_argument(
         "--model", default=None, help="local HF model dir (default: SmolLM2-135M-Instruct)"
     )

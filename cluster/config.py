@@ -151,9 +151,24 @@ class SimArgs(_Strict):
     )
 
 
+class NullArgs(_Strict):
+    step_s: float = Field(
+        0.007,
+        gt=0,
+        description="Null engine step period: every running request gets one token per step.",
+    )
+    prefill_s: float = Field(
+        0.0, ge=0, description="Null engine: fixed delay before a new request joins a step."
+    )
+    max_num_seqs: int = Field(
+        256, ge=1, description="Null engine: most requests running at once (the rest wait)."
+    )
+
+
 class EngineConfig(_Strict):
-    type: Literal["vllm", "sim"] = Field(
-        "vllm", description="Engine: the real vLLM engine or the simulated one."
+    type: Literal["vllm", "sim", "null"] = Field(
+        "vllm",
+        description="Engine: the real vLLM engine, the simulated one, or the null engine (no model; measures the serving layer).",
     )
     tensor_parallel_size: int = Field(
         1,
@@ -163,6 +178,7 @@ class EngineConfig(_Strict):
     )
     vllm: VLLMArgs = Field(default_factory=VLLMArgs, description="vLLM engine arguments.")
     sim: SimArgs = Field(default_factory=SimArgs, description="Simulated engine arguments.")
+    null: NullArgs = Field(default_factory=NullArgs, description="Null engine arguments.")
     fail_after_tokens: int | None = Field(
         None,
         ge=0,

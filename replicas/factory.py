@@ -41,4 +41,8 @@ def _build(spec: dict[str, Any]) -> Engine:
         if tok_path:
             settings["detokenize"] = light_detokenizer(tok_path)
         return SimEngine(**settings)
+    if kind == "null":
+        from replicas.null_engine import NullEngine
+
+        return NullEngine(**settings)
     raise ValueError(f"unknown engine type {kind!r}")
