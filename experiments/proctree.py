@@ -41,6 +41,8 @@ def parse_stat(line: str) -> Stat:
 _ROLES = (
     ("LLMReplica", "replica"),
     ("OpenAIIngress", "ingress"),
+    ("LLMServer", "replica"),  # Ray Serve LLM's replica and ingress
+    ("OpenAiIngress", "ingress"),
     ("ProxyActor", "proxy"),
     ("haproxy", "proxy"),
     ("ServeController", "controller"),
@@ -51,6 +53,8 @@ _ROLES = (
     ("StatusActor", "status"),
     ("cluster.cli", "cli"),
     ("api_server", "api-server"),
+    ("floor_server", "floor"),
+    ("ceiling.rayllm", "rayllm-driver"),
 )
 
 
