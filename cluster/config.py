@@ -272,6 +272,10 @@ class ServerConfig(_Strict):
         "proxy",
         description="proxy: Serve's HTTP proxy in front of the ingress; direct: the ingress replica serves `port` itself (one Ray hop fewer per token, measured faster; Serve's proxy moves to port + 100; an in-place redeploy that replaces the ingress fails: restart instead).",
     )
+    throughput_mode: bool = Field(
+        True,
+        description="Serve's handles stream over gRPC instead of one Ray object per streamed item, and user code runs on each replica's main event loop: 2.4x the tokens/s at the serving ceiling (docs/results/ceiling.md). Each replica's internal gRPC port listens on all interfaces, as Ray's own ports do.",
+    )
 
 
 class FleetConfig(_Strict):

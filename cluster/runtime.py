@@ -55,6 +55,22 @@ def direct_ingress_env(cfg: FleetConfig) -> dict[str, str]:
     }
 
 
+def throughput_env(cfg: FleetConfig) -> dict[str, str]:
+    """``server.throughput_mode``: the parts of Serve's throughput-optimized mode that do not
+    change where HTTP is served (``server.ingress`` decides that). Handle calls between the
+    proxy, the ingress and the replicas go over gRPC, so a streamed item is a gRPC message
+    rather than a Ray object with its ownership and store round trips; user code and the
+    handle's router run on the replica's main loop, so no item crosses threads. Read by
+    Serve's processes at import, so set before ``ray.init``."""
+    if not cfg.server.throughput_mode:
+        return {}
+    return {
+        "RAY_SERVE_USE_GRPC_BY_DEFAULT": "1",
+        "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
+        "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
+    }
+
+
 def http_options(cfg: FleetConfig) -> dict[str, Any]:
     port = cfg.server.port
     if cfg.server.ingress == "direct":
@@ -67,6 +83,7 @@ def start_ray(cfg: FleetConfig) -> str:
 
     base_env()
     os.environ.update(direct_ingress_env(cfg))
+    os.environ.update(throughput_env(cfg))
     ctx: Any = ray.init(  # a RayContext: address_info is not in its annotated base type
         num_cpus=cfg.server.ray_num_cpus,
         include_dashboard=cfg.server.include_dashboard,

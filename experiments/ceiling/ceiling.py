@@ -44,14 +44,24 @@ from bench import cli as bench_cli
 from experiments import proctree, serverproc
 
 PORTS = {"floor": 8132, "llmfleet": 8133, "rayllm": 8131}
-# llmfleet variants: "llmfleet+direct" (server.ingress: direct), "llmfleet+grpc" (Serve's
-# handles stream over gRPC instead of one Ray object per item), combinable ("+direct+grpc");
+# llmfleet variants: "llmfleet+direct" (server.ingress: direct), "llmfleet+classic"
+# (server.throughput_mode: false), and for taking throughput mode apart on top of classic,
+# "+grpc" and "+mainloop" (VARIANT_ENV); combinable ("llmfleet+classic+grpc");
 # "rayllm+nobatch": Ray Serve LLM with its 50-ms stream batching off (one message per token)
-VARIANT_ENV = {"grpc": {"RAY_SERVE_USE_GRPC_BY_DEFAULT": "1"}}
+VARIANT_ENV = {
+    "grpc": {"RAY_SERVE_USE_GRPC_BY_DEFAULT": "1"},
+    # user code and the handle's router on the replica's main loop (no cross-thread hop)
+    "mainloop": {
+        "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
+        "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
+    },
+}
 PROMPT_BODY = {"model": "smollm2-135m-instruct", "prompt": [1, 2, 3], "max_tokens": 2}
 
 
-def fleet_yaml(path: Path, engine: str, args: argparse.Namespace, ingress: str) -> None:
+def fleet_yaml(
+    path: Path, engine: str, args: argparse.Namespace, ingress: str, throughput_mode: bool
+) -> None:
     if engine == "null":
         eng: dict[str, Any] = {
             "type": "null",
@@ -64,6 +74,7 @@ def fleet_yaml(path: Path, engine: str, args: argparse.Namespace, ingress: str) 
             "port": PORTS["llmfleet"],
             "metrics_export_port": 18133,
             "ingress": ingress,
+            "throughput_mode": throughput_mode,
         },
         "model": {"max_model_len": 8192},
         "engine": eng,
@@ -79,7 +90,8 @@ def start(name: str, engine: str, args: argparse.Namespace, work: Path) -> subpr
     if base == "llmfleet":
         tag = name.replace("+", "-")
         cfg = work / f"{tag}-{engine}.yaml"
-        fleet_yaml(cfg, engine, args, "direct" if "direct" in mods else args.ingress)
+        ingress = "direct" if "direct" in mods else args.ingress
+        fleet_yaml(cfg, engine, args, ingress, "classic" not in mods)
         env = dict(kv.split("=", 1) for kv in args.fleet_env)
         for m in mods:
             env |= VARIANT_ENV.get(m, {})

@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     p.add_argument("--step-s", type=float, default=0.007)
     p.add_argument("--ingress", choices=("proxy", "direct"), default="proxy")
+    p.add_argument("--target", default="llmfleet", help="llmfleet or a variant (ceiling.py)")
     args = p.parse_args(argv)
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     work = Path(tempfile.mkdtemp(prefix="llmfleet-profile-"))
@@ -104,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         step_s=args.step_s, max_num_seqs=1024, input=64, output=256, router="prefix",
         ingress=args.ingress, fleet_env=[], duration=args.seconds + 5,
     )  # fmt: skip
-    proc = ceiling.start("llmfleet", "null", bench_args, work)
+    proc = ceiling.start(args.target, "null", bench_args, work)
     url = f"http://127.0.0.1:{ceiling.PORTS['llmfleet']}"
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"target": args.target}
     try:
         ceiling.wait_first_token(url, proc)
         pids = pids_by_role(proc.pid)

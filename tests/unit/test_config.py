@@ -115,3 +115,23 @@ def test_autoscaling_params_the_policy_does_not_read_are_rejected() -> None:
     ok = parse_config({"autoscaling": {"policy": "utilization", "params": {
         "tolerance": 0.2, "downscale_delay_s": 5, "target_utilization": 0.5}}})  # fmt: skip
     assert ok.autoscaling.params["tolerance"] == 0.2
+
+
+def test_server_modes_set_serve_env_before_ray_starts() -> None:
+    from cluster.runtime import direct_ingress_env, http_options, throughput_env
+
+    default = FleetConfig()
+    env = throughput_env(default)  # on by default: gRPC handles, user code on the main loop
+    assert env["RAY_SERVE_USE_GRPC_BY_DEFAULT"] == "1"
+    assert env["RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD"] == "0"
+    assert "RAY_SERVE_ENABLE_DIRECT_INGRESS" not in env  # where HTTP is served is separate
+    assert direct_ingress_env(default) == {}
+    assert http_options(default) == {"host": "127.0.0.1", "port": 8000}
+    off = FleetConfig.model_validate(
+        {"server": {"throughput_mode": False, "ingress": "direct", "port": 9000}}
+    )
+    assert throughput_env(off) == {}
+    direct = direct_ingress_env(off)
+    assert direct["RAY_SERVE_ENABLE_DIRECT_INGRESS"] == "1"
+    assert direct["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"] == "9000"
+    assert http_options(off)["port"] == 9100  # Serve's proxy moves aside
