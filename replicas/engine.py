@@ -4,7 +4,8 @@ Contract
 - ``start()`` loads the model / builds the engine; ``shutdown()`` releases it.
 - ``generate(request)`` is an async iterator of ``Delta``s: new token ids, their text, the
   wall-clock time each token was produced, and on the last delta a finish reason
-  (``"stop"``, ``"length"`` or ``"abort"``) and the engine's own usage counts.
+  (``"stop"``, ``"length"`` or ``"abort"``) and the engine's own usage counts. Deltas produced
+  while the consumer was busy come out merged into one (``take_merged``), as vLLM's do.
 - ``abort(request_id)`` frees the request's slot and KV blocks; the iterator then ends.
   Cancelling the consumer of ``generate`` must have the same effect (engines abort in a
   ``finally``).
@@ -19,6 +20,7 @@ Contract
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -53,6 +55,26 @@ class Delta:
     prompt_tokens: int = 0  # set on every delta: the engine's own prompt length
     completion_tokens: int = 0  # cumulative output tokens so far
     cached_tokens: int = 0  # prompt tokens served from the prefix cache (when known)
+
+
+def take_merged(queue: asyncio.Queue[Delta], first: Delta) -> Delta:
+    """vLLM's ``DELTA`` semantics: outputs that arrived while the consumer was away come out
+    as one (tokens, text and times concatenated; counts and finish from the newest), so a
+    consumer that falls behind catches up in one step instead of one per token."""
+    d = first
+    while d.finish_reason is None and not queue.empty():
+        nxt = queue.get_nowait()
+        d = Delta(
+            request_id=d.request_id,
+            token_ids=d.token_ids + nxt.token_ids,
+            text=d.text + nxt.text,
+            token_times=d.token_times + nxt.token_times,
+            finish_reason=nxt.finish_reason,
+            prompt_tokens=nxt.prompt_tokens,
+            completion_tokens=nxt.completion_tokens,
+            cached_tokens=nxt.cached_tokens,
+        )
+    return d
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from contracts.stats import ReplicaStats
-from replicas.engine import FINISH_ABORT, FINISH_LENGTH, Delta, GenerateRequest
+from replicas.engine import FINISH_ABORT, FINISH_LENGTH, Delta, GenerateRequest, take_merged
 
 TOKEN_ID = 1000
 TOKEN_TEXT = " x"
@@ -136,7 +136,7 @@ class NullEngine:
         self._wake.set()
         try:
             while True:
-                delta = await req.queue.get()
+                delta = take_merged(req.queue, await req.queue.get())
                 yield delta
                 if delta.finish_reason is not None:
                     return

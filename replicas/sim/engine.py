@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 
 from contracts.hashing import block_hashes
 from contracts.stats import ReplicaStats
-from replicas.engine import FINISH_ABORT, Delta, GenerateRequest
+from replicas.engine import FINISH_ABORT, Delta, GenerateRequest, take_merged
 from replicas.sim.core import CoreConfig, EngineCore
 from replicas.sim.kv_cache import KVEventCallback
 from replicas.sim.request import FINISHED, SimRequest
@@ -124,7 +124,7 @@ class SimEngine:
         self._wake.set()
         try:
             while True:
-                delta = await queue.get()
+                delta = take_merged(queue, await queue.get())
                 yield delta
                 if delta.finish_reason is not None:
                     return

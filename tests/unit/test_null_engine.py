@@ -107,3 +107,27 @@ def test_rejects_bad_settings_and_long_requests() -> None:
 
     with pytest.raises(ValueError, match="max_model_len"):
         asyncio.run(run())
+
+
+def test_a_consumer_that_falls_behind_gets_merged_deltas() -> None:
+    """vLLM's DELTA semantics: tokens produced while the consumer was busy arrive as one
+    delta, nothing lost, finish on the last."""
+
+    async def run() -> list:
+        eng = NullEngine(step_s=0.002)
+        await eng.start()
+        out = []
+        async for d in eng.generate(_req("slow", 60)):
+            out.append(d)
+            await asyncio.sleep(0.02)  # ~10 steps per read
+        await eng.shutdown()
+        return out
+
+    deltas = asyncio.run(run())
+    assert sum(len(d.token_ids) for d in deltas) == 60
+    assert len(deltas) < 20
+    assert max(len(d.token_ids) for d in deltas) > 3
+    assert all(len(d.token_ids) == len(d.token_times) for d in deltas)
+    assert all(d.text == " x" * len(d.token_ids) for d in deltas)
+    assert deltas[-1].finish_reason == FINISH_LENGTH
+    assert deltas[-1].completion_tokens == 60
