@@ -21,6 +21,7 @@ Contract
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -86,6 +87,48 @@ class RequestDone:
     prompt_tokens: int
     output_tokens: int
     finish_reason: str
+
+
+class LoopEngine:
+    """Lifecycle shared by engines that one asyncio task drives (simulated, null): ``start``
+    creates the task running ``_loop``, ``shutdown`` cancels it and aborts every request
+    still live, ``check_health`` fails once shut down or once the loop died."""
+
+    _loop_name = "engine-loop"
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def _loop(self) -> None:
+        raise NotImplementedError
+
+    def _live_ids(self) -> list[str]:
+        raise NotImplementedError
+
+    async def abort(self, request_id: str) -> None:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name=self._loop_name)
+
+    async def shutdown(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for rid in self._live_ids():
+            await self.abort(rid)
+
+    async def check_health(self) -> None:
+        if self._closed:
+            raise RuntimeError("engine shut down")
+        if self._task is not None and self._task.done():
+            exc = self._task.exception() if not self._task.cancelled() else None
+            raise RuntimeError(f"engine loop died: {exc!r}")
 
 
 @runtime_checkable

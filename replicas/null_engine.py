@@ -23,7 +23,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from contracts.stats import ReplicaStats
-from replicas.engine import FINISH_ABORT, FINISH_LENGTH, Delta, GenerateRequest, take_merged
+from replicas.engine import (
+    FINISH_ABORT,
+    FINISH_LENGTH,
+    Delta,
+    GenerateRequest,
+    LoopEngine,
+    take_merged,
+)
 
 TOKEN_ID = 1000
 TOKEN_TEXT = " x"
@@ -57,7 +64,9 @@ class _Window:
         return (tokens / busy if busy > 0 else 0.0), min(1.0, busy / RATE_WINDOW_S)
 
 
-class NullEngine:
+class NullEngine(LoopEngine):
+    _loop_name = "null-engine-loop"
+
     def __init__(
         self,
         *,
@@ -69,37 +78,18 @@ class NullEngine:
     ) -> None:
         if step_s <= 0 or prefill_s < 0 or max_num_seqs < 1:
             raise ValueError("need step_s > 0, prefill_s >= 0 and max_num_seqs >= 1")
+        super().__init__()
         self.step_s, self.prefill_s, self.max_num_seqs = step_s, prefill_s, max_num_seqs
         self.max_model_len, self.block_size = max_model_len, block_size
         self._waiting: deque[_Req] = deque()
         self._running: list[_Req] = []
         self._by_id: dict[str, _Req] = {}
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._closed = False
         self._steps = 0
         self._window = _Window()
 
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="null-engine-loop")
-
-    async def shutdown(self) -> None:
-        self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        for rid in list(self._by_id):
-            await self.abort(rid)
-
-    async def check_health(self) -> None:
-        if self._closed:
-            raise RuntimeError("engine shut down")
-        if self._task is not None and self._task.done():
-            exc = self._task.exception() if not self._task.cancelled() else None
-            raise RuntimeError(f"engine loop died: {exc!r}")
+    def _live_ids(self) -> list[str]:
+        return list(self._by_id)
 
     def stats(self) -> ReplicaStats:
         decode_rate, busy = self._window.rates(time.monotonic())

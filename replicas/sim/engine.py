@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 
 from contracts.hashing import block_hashes
 from contracts.stats import ReplicaStats
-from replicas.engine import FINISH_ABORT, Delta, GenerateRequest, take_merged
+from replicas.engine import FINISH_ABORT, Delta, GenerateRequest, LoopEngine, take_merged
 from replicas.sim.core import CoreConfig, EngineCore
 from replicas.sim.kv_cache import KVEventCallback
 from replicas.sim.request import FINISHED, SimRequest
@@ -27,7 +27,9 @@ from replicas.sim.request import FINISHED, SimRequest
 VOCAB_RANGE = (1000, 30000)
 
 
-class SimEngine:
+class SimEngine(LoopEngine):
+    _loop_name = "sim-engine-loop"
+
     def __init__(
         self,
         *,
@@ -51,6 +53,7 @@ class SimEngine:
     ) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
+        super().__init__()
         cfg = CoreConfig(
             model=model, hardware=hardware, tp=tp, block_size=block_size,
             num_gpu_blocks=num_gpu_blocks, kv_capacity_tokens=kv_capacity_tokens,
@@ -67,29 +70,9 @@ class SimEngine:
         self._clock = clock
         self._requests: dict[str, SimRequest] = {}
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._closed = False
 
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="sim-engine-loop")
-
-    async def shutdown(self) -> None:
-        self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        for rid in list(self._requests):
-            await self.abort(rid)
-
-    async def check_health(self) -> None:
-        if self._closed:
-            raise RuntimeError("engine shut down")
-        if self._task is not None and self._task.done():
-            exc = self._task.exception() if not self._task.cancelled() else None
-            raise RuntimeError(f"engine loop died: {exc!r}")
+    def _live_ids(self) -> list[str]:
+        return list(self._requests)
 
     def stats(self) -> ReplicaStats:
         return self.core.stats(self._clock())
