@@ -58,7 +58,7 @@ local Ray down. Serve's HTTP proxy listens on 127.0.0.1 only and Ray runs with n
 workers) bind every interface: Ray 2.60 has no setting for that.
 """
 
-# The null EngineClient keeps vLLM's method signatures and ignores most arguments.
+# Ray's engine hook keeps its signature; the null engine ignores most arguments.
 # ruff: noqa: ARG002
 
 from __future__ import annotations
