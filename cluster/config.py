@@ -203,6 +203,21 @@ class ReplicaConfig(_Strict):
     health_check_period_s: float = Field(
         5.0, gt=0, description="Serve health-check period for replicas."
     )
+    max_queued_requests: int = Field(
+        64,
+        ge=0,
+        description="Requests each ingress replica holds at the router waiting for a replica slot; beyond it a request is refused at once with 429 (load shedding; -1 is not allowed: unbounded queues are how a 200 turns into a timeout).",
+    )
+    drain_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="A replica being removed (scale-down, redeploy) gets no new requests and has this long to finish its streams before it is stopped.",
+    )
+    stall_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="A replica whose engine has unfinished requests and has taken no step for this long fails its health check and is replaced.",
+    )
 
 
 class RoutingConfig(_Strict):
@@ -271,6 +286,27 @@ class ServerConfig(_Strict):
     ingress: Literal["proxy", "direct"] = Field(
         "proxy",
         description="proxy: Serve's HTTP proxy in front of the ingress; direct: the ingress replica serves `port` itself (one Ray hop fewer per token, measured faster; Serve's proxy moves to port + 100; an in-place redeploy that replaces the ingress fails: restart instead).",
+    )
+    api_keys_file: str | None = Field(
+        None,
+        description="Key file (hashes only; `llmfleet keys add` writes it); reloaded when it changes. The env LLMFLEET_API_KEYS may hold the same content. No keys: the API is open and only a loopback host is allowed.",
+    )
+    allow_unauthenticated: bool = Field(
+        False,
+        description="Allow binding a non-loopback host with no API keys configured (anyone who reaches the port can use the fleet).",
+    )
+    max_body_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="Largest request body; larger ones get 413."
+    )
+    admission_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Longest a request waits for a replica to take it; then 429 (503 with no healthy replica) with Retry-After, before any 200.",
+    )
+    migrate_attempts: int = Field(
+        2,
+        ge=0,
+        description="Times a request whose replica dies is resumed on another replica (before its first token: resent; after it: continued from the prompt plus the text already streamed). 0: fail it with an in-band error.",
     )
     throughput_mode: bool = Field(
         True,

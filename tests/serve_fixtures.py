@@ -11,6 +11,7 @@ import pytest
 
 TEST_PORT = int(os.environ.get("LLMFLEET_TEST_PORT", "8123"))
 TEST_URL = f"http://127.0.0.1:{TEST_PORT}"
+TEST_METRICS_PORT = int(os.environ.get("LLMFLEET_TEST_METRICS_PORT", "18080"))
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +25,7 @@ def ray_session() -> Iterator[None]:
     if ray.is_initialized():  # a module imported this fixture again: reuse the cluster
         yield
         return
-    cfg = FleetConfig.model_validate({"server": {"port": TEST_PORT, "metrics_export_port": 18080}})
+    cfg = FleetConfig.model_validate({"server": {"port": TEST_PORT, "metrics_export_port": TEST_METRICS_PORT}})
     start_ray(cfg)
     serve.start(http_options=http_options(cfg))  # as `llmfleet up` starts it
     yield

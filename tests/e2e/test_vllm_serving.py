@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from tests.serve_fixtures import TEST_URL, post, replica_stats
+from tests.serve_fixtures import TEST_METRICS_PORT, TEST_URL, post, replica_stats
 
 pytestmark = [pytest.mark.e2e]
 
@@ -227,7 +227,7 @@ def test_latency_and_queue_metrics_are_exported_through_ray(
     ]
     deadline = time.monotonic() + 45
     while True:
-        text = httpx.get("http://127.0.0.1:18080/metrics", timeout=10).text
+        text = httpx.get(f"http://127.0.0.1:{TEST_METRICS_PORT}/metrics", timeout=10).text
         missing = [w for w in wanted if w not in text]
         if not missing or time.monotonic() > deadline:
             break
