@@ -136,6 +136,33 @@ def autoscaling_options(cfg: FleetConfig) -> dict[str, Any]:
     return {"autoscaling_config": asc}
 
 
+# Policies whose prefix index each router learns from the requests it routes itself: two
+# ingress replicas would each learn half the traffic and split a prefix's requests between
+# two replicas' caches, so by default they get one (restarted by Serve when it fails).
+LEARNED_INDEX_POLICIES = frozenset({"prefix", "sglang-tree", "ray-prefix"})
+
+
+def ingress_replicas(cfg: FleetConfig) -> int:
+    if cfg.server.ingress == "direct":
+        return 1  # it serves one port itself
+    if cfg.server.ingress_replicas is not None:
+        return cfg.server.ingress_replicas
+    a = cfg.autoscaling
+    several = cfg.replicas.num_replicas > 1 or (a.enabled and a.max_replicas > 1)
+    if not several or cfg.routing.policy in LEARNED_INDEX_POLICIES:
+        return 1
+    return 2
+
+
+def keys_runtime_env() -> dict[str, Any]:
+    """Keys given in the environment (``LLMFLEET_API_KEYS``, hashes) reach the ingress
+    replicas wherever they are placed."""
+    import os
+
+    text = os.environ.get("LLMFLEET_API_KEYS")
+    return {"runtime_env": {"env_vars": {"LLMFLEET_API_KEYS": text}}} if text else {}
+
+
 # Ray annotates serve.deployment(cls, ...) as returning a decorator; it returns a Deployment.
 def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
     model_dir = str(resolve_model(cfg.model.path))
@@ -146,14 +173,23 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
         max_ongoing_requests=r.max_ongoing_requests,
         health_check_period_s=r.health_check_period_s,
         health_check_timeout_s=max(30.0, 4 * r.health_check_period_s),
-        graceful_shutdown_timeout_s=30.0,
+        graceful_shutdown_timeout_s=r.drain_timeout_s,
+        max_queued_requests=r.max_queued_requests,
         **replica_resources(cfg.engine.tensor_parallel_size, r.num_cpus, gpu),
         **router_options(cfg, block),
         **autoscaling_options(cfg),
     )
+    n_ingress = ingress_replicas(cfg)
+    srv = cfg.server
     settings = {
         "tokenizer_path": model_dir,
-        "request_timeout_s": cfg.server.request_timeout_s,
+        "request_timeout_s": srv.request_timeout_s,
+        "admission_timeout_s": srv.admission_timeout_s,
+        "migrate_attempts": srv.migrate_attempts,
+        "max_queued_requests": r.max_queued_requests,
+        "max_body_bytes": srv.max_body_bytes,
+        "api_keys_file": srv.api_keys_file,
+        "quota_share": 1.0 / n_ingress,
         "limits": {
             "served_name": cfg.model.served_name,
             "max_model_len": cfg.model.max_model_len,
@@ -163,8 +199,8 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
         },
     }
     ingress = serve.deployment(OpenAIIngress, name=INGRESS_DEPLOYMENT).options(  # type: ignore[attr-defined]
-        num_replicas=1,
+        num_replicas=n_ingress,
         max_ongoing_requests=1000,
-        ray_actor_options={"num_cpus": 0.5},
+        ray_actor_options={"num_cpus": 0.5, **keys_runtime_env()},
     )
     return ingress.bind(replica.bind(engine_spec(cfg, model_dir), enable_metrics), settings)

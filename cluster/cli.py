@@ -48,6 +48,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"llmfleet: {err}", file=sys.stderr)
         return 2
     print("# effective config\n" + cfg.to_yaml(), flush=True)
+    try:
+        runtime.check_deploy_exposure(cfg)
+    except ValueError as err:  # an open API off loopback, or an unreadable key file
+        print(f"llmfleet: {err}", file=sys.stderr)
+        return 2
     state = runtime.read_state()
     if state and runtime.pid_alive(int(state["pid"])):
         print(

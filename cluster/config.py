@@ -287,6 +287,12 @@ class ServerConfig(_Strict):
         "proxy",
         description="proxy: Serve's HTTP proxy in front of the ingress; direct: the ingress replica serves `port` itself (one Ray hop fewer per token, measured faster; Serve's proxy moves to port + 100; an in-place redeploy that replaces the ingress fails: restart instead).",
     )
+    ingress_replicas: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Ingress replicas (each runs its own router; quotas are split between them). Unset: 2 when the fleet may have several engine replicas and the routing policy does not learn its prefix index from its own traffic (prefix, sglang-tree, ray-prefix get 1: two would split each prefix's cache hits), else 1; always 1 with ingress: direct.",
+    )
     api_keys_file: str | None = Field(
         None,
         description="Key file (hashes only; `llmfleet keys add` writes it); reloaded when it changes. The env LLMFLEET_API_KEYS may hold the same content. No keys: the API is open and only a loopback host is allowed.",

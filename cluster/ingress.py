@@ -24,26 +24,43 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 
-from cluster.request_prep import Limits, prepare
-from contracts.http import JSON, SSE, APIError, ResponseHead
+from cluster.breaker import CircuitBreaker
+from cluster.guard import Guard, Pass, usage_tokens
+from cluster.relay import Relay, RelaySettings, Started
+from cluster.request_prep import Limits, Prepared, prepare, resubmit
+from contracts.http import JSON, SSE, APIError
 from replicas.status_registry import fleet_snapshot
 
 log = logging.getLogger("llmfleet.ingress")
-app = FastAPI(title="llmfleet", docs_url=None, redoc_url=None)
+app = FastAPI(title="llmfleet", docs_url=None, redoc_url=None, openapi_url=None)
 HEALTH_FRESH_S = 10.0
 REPLICA_HEADER = "x-llmfleet-replica"
 FORWARDED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/tokenize", "/detokenize")
 
 
+HEALTH_CACHE_S = 1.0
+
+
 def error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status)
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers or None)
 
 
-def _sse_error(message: str, code: str) -> bytes:
-    import json
+async def read_body(request: Request, cap: int) -> bytes:
+    """The body, or 413 as soon as it is known to be larger than ``cap`` (by its
+    Content-Length before reading anything, else while reading)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > cap:
+        raise _too_large(cap)
+    buf = bytearray()
+    async for chunk in request.stream():
+        buf += chunk
+        if len(buf) > cap:
+            raise _too_large(cap)
+    return bytes(buf)
 
-    body = APIError(500, message, type="server_error", code=code).body()
-    return f"data: {json.dumps(body)}\n\n".encode()
+
+def _too_large(cap: int) -> APIError:
+    return APIError(413, f"request body is larger than {cap} bytes", code="request_too_large")
 
 
 @app.exception_handler(APIError)
@@ -91,13 +108,39 @@ class OpenAIIngress:
     def __init__(self, replicas: Any, settings: dict[str, Any]) -> None:
         from cluster.light_tokenizer import load_tokenizer
 
-        self.replicas = replicas
         self.limits = Limits(**settings["limits"])
-        self.timeout_s = float(settings.get("request_timeout_s", 600.0))
+        self.max_body = int(settings.get("max_body_bytes", 8 << 20))
         self.tokenizer = load_tokenizer(settings["tokenizer_path"])
+        self.guard = Guard(settings.get("api_keys_file"), share=settings.get("quota_share", 1.0))
+        relay = RelaySettings(
+            admission_timeout_s=float(settings.get("admission_timeout_s", 10.0)),
+            request_timeout_s=float(settings.get("request_timeout_s", 600.0)),
+            migrate_attempts=int(settings.get("migrate_attempts", 2)),
+            max_queued=int(settings.get("max_queued_requests", 64)),
+        )
+        self.relay = Relay(replicas, relay, CircuitBreaker(), self._fleet_healthy)
+        self._health: tuple[float, bool | None] = (0.0, None)
+
+    async def _fleet_healthy(self) -> bool | None:
+        """Cached for ``HEALTH_CACHE_S``: True/False from the status reports, None unknown."""
+        now = time.monotonic()
+        if now - self._health[0] > HEALTH_CACHE_S:
+            rows = await fleet_snapshot(timeout_s=0.5)
+            verdict = health_verdict(rows, time.time())[0] == 200 if rows else None
+            self._health = (now, verdict)
+        return self._health[1]
+
+    def _auth(self, request: Request) -> Any:
+        return self.guard.authenticate(request.headers.get("authorization"), request.url.path)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi(self, request: Request) -> dict[str, Any]:
+        self._auth(request)
+        return app.openapi()
 
     @app.get("/v1/models")
-    async def models(self) -> dict[str, Any]:
+    async def models(self, request: Request) -> dict[str, Any]:
+        self._auth(request)
         card = {
             "id": self.limits.served_name,
             "object": "model",
@@ -113,10 +156,13 @@ class OpenAIIngress:
         return JSONResponse(body, status_code=status)
 
     @app.get("/fleet/status")
-    async def status(self) -> dict[str, Any]:
+    async def status(self, request: Request) -> dict[str, Any]:
+        self._auth(request)
+        c = self.relay.counters
         return {
             "replicas": await fleet_snapshot(timeout_s=2.0),
             "deployments": await asyncio.to_thread(_deployments),
+            "ingress": {"retried": c.retried, "migrated": c.migrated, "failed": c.failed},
         }
 
     @app.post("/v1/completions")
@@ -140,70 +186,56 @@ class OpenAIIngress:
         return await self._forward(request, "/detokenize")
 
     async def _forward(self, request: Request, path: str) -> Response:
-        raw = await request.body()
+        key = self._auth(request)
+        self.relay.check_room()  # shed before reading or tokenizing anything
+        raw = await read_body(request, self.max_body)
+        prep = await asyncio.to_thread(prepare, path, raw, self.tokenizer, self.limits)
+        if await self._fleet_healthy() is False:
+            from cluster.relay import unavailable
+
+            raise unavailable()
+        fwd = prep.payload["request"]
+        grant = self.guard.admit(key, len(fwd.prompt_token_ids) + prep.view.expected_output_tokens)
         try:
-            prep = await asyncio.to_thread(prepare, path, raw, self.tokenizer, self.limits)
-        except APIError as err:
-            return error_response(err)
-        stream = self.replicas.options(stream=True).handle.remote(prep.payload)
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                head = await stream.__anext__()
-        except TimeoutError:
-            stream.cancel()
-            return error_response(
-                APIError(504, "request timed out", type="timeout", code="timeout")
-            )
-        except Exception as err:  # the replica or its engine failed before answering
-            stream.cancel()
-            log.warning("request %s failed: %r", prep.request_id, err)
-            return error_response(
-                APIError(500, "generation failed", type="server_error", code="engine_error")
-            )
-        assert isinstance(head, ResponseHead)
-        headers = {REPLICA_HEADER: head.replica_id}
-        if head.media_type == SSE:
+            started = await self.relay.start(prep.payload)
+        except BaseException:
+            self.guard.settle(grant, 0)
+            raise
+        headers = {REPLICA_HEADER: started.replica_id, **(grant.headers or {})}
+        if started.head.media_type == SSE:
             return StreamingResponse(
-                self._relay(stream, prep.request_id),
-                status_code=head.status,
+                self._stream(started, prep, grant),
+                status_code=started.head.status,
                 media_type=SSE,
                 headers=headers,
             )
-        return await self._collect(stream, head, headers, prep.request_id)
-
-    async def _collect(
-        self, stream: Any, head: ResponseHead, headers: dict[str, str], rid: str
-    ) -> Response:
-        parts: list[bytes] = []
         try:
-            async with asyncio.timeout(self.timeout_s):
-                async for chunk in stream:
-                    parts.append(chunk)
-        except TimeoutError:
-            return error_response(
-                APIError(504, "request timed out", type="timeout", code="timeout")
-            )
-        except Exception as err:  # the replica or its engine failed: no hang, no stack trace
-            log.warning("request %s failed: %r", rid, err)
-            return error_response(
-                APIError(500, "generation failed", type="server_error", code="engine_error")
-            )
+            data = await self.relay.collect(started)
         finally:
-            stream.cancel()
+            self.guard.settle(grant, None)
+        if grant.ticket is not None:
+            self.guard.settle(grant, usage_tokens(data))
         return Response(
-            b"".join(parts),
-            status_code=head.status,
-            media_type=head.media_type or JSON,
+            data,
+            status_code=started.head.status,
+            media_type=started.head.media_type or JSON,
             headers=headers,
         )
 
-    async def _relay(self, stream: Any, rid: str) -> AsyncIterator[bytes]:
+    async def _stream(self, started: Started, prep: Prepared, grant: Pass) -> AsyncIterator[bytes]:
+        import json
+
+        fwd = prep.payload["request"]
+        body = json.loads(fwd.body) if self.relay.s.migrate_attempts else None
+        encode = lambda text: list(self.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
         try:
-            async with asyncio.timeout(self.timeout_s):
-                async for chunk in stream:
-                    yield chunk
-        except Exception as err:  # mid-stream failure: tell the client in-band, then end
-            log.warning("stream %s failed: %r", rid, err)
-            yield _sse_error("generation failed mid-stream", "stream_error")
+            async for chunk in self.relay.stream(
+                started,
+                fwd.path,
+                body,
+                encode,
+                lambda cont, ids, _n: resubmit(prep, cont, ids, self.limits),
+            ):
+                yield chunk
         finally:
-            stream.cancel()
+            self.guard.settle(grant, None)

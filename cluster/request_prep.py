@@ -113,6 +113,43 @@ def routing_ids(path: str, body: dict[str, Any], tokenizer: Any) -> list[int]:
     return []
 
 
+CHARS_PER_TOKEN_BOUND = 16  # no real text averages more characters per token than this
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """All the prompt's text, for a length bound (not for routing)."""
+    prompt = body.get("prompt", body.get("input"))
+    if isinstance(prompt, str):
+        return prompt
+    parts = [_text(m.get("content")) for m in body.get("messages") or () if isinstance(m, dict)]
+    if isinstance(prompt, list):
+        parts += [p for p in prompt if isinstance(p, str)]
+    return "".join(parts)
+
+
+def bounded_count(text: str, tokenizer: Any, limits: Limits) -> int:
+    """Tokens in ``text`` as far as the context check needs: a huge prompt is judged by
+    tokenizing a prefix (``CHARS_PER_TOKEN_BOUND`` × context characters), so an 8 MB prompt
+    costs milliseconds, not seconds of tokenizer time."""
+    window = limits.max_model_len * CHARS_PER_TOKEN_BOUND
+    if len(text) <= window:
+        return 0  # short enough: the full tokenization that follows decides
+    return len(tokenizer.encode(text[:window], add_special_tokens=False))
+
+
+def check_context(path: str, n_prompt: int, limits: Limits) -> None:
+    """A prompt longer than the context is refused here, before it travels to a replica
+    (``>``: the ingress's count is an estimate for shapes it does not render exactly)."""
+    if n_prompt > limits.max_model_len:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {limits.max_model_len} tokens. However, "
+            f"your prompt has {n_prompt} tokens.",
+            param="messages" if path == "/v1/chat/completions" else "prompt",
+            code="context_length_exceeded",
+        )
+
+
 def _max_tokens_field(path: str, body: dict[str, Any]) -> str:
     if path == "/v1/responses":
         return "max_output_tokens"
@@ -146,7 +183,10 @@ def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
     arrival = time.time()
     body = decode_json(raw)
     check_model(body, path, limits)
+    if path in GENERATE_PATHS:
+        check_context(path, bounded_count(prompt_text(body), tokenizer, limits), limits)
     ids = routing_ids(path, body, tokenizer) if path in GENERATE_PATHS else []
+    check_context(path, len(ids), limits)
     expected = apply_token_limits(path, body, len(ids), limits)
     prefix = GENERATE_PATHS.get(path, "req")
     rid = f"{prefix}-{uuid.uuid4().hex}"
@@ -169,3 +209,28 @@ def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
         arrival_time=arrival,
     )
     return Prepared(rid, stream, view, RoutedPayload(request=fwd, view=view))
+
+
+def resubmit(prev: Prepared, body: dict[str, Any], more_ids: list[int], limits: Limits) -> Any:
+    """The payload that continues ``prev`` on another replica (``cluster/migration.py``):
+    ``body`` is the continuation's, its prompt the original's plus ``more_ids``."""
+    old: ForwardedRequest = prev.payload["request"]
+    ids = [*old.prompt_token_ids, *more_ids]
+    rid = f"{prev.request_id}-m{uuid.uuid4().hex[:6]}"
+    view = make_request_view(
+        rid,
+        ids,
+        block_size=limits.block_size,
+        expected_output_tokens=prev.view.expected_output_tokens,
+        model=limits.served_name,
+        session_id=prev.view.session_id,
+    )
+    fwd = ForwardedRequest(
+        path=old.path,
+        body=json.dumps(body, separators=(",", ":")).encode(),
+        request_id=rid,
+        prompt_token_ids=tuple(ids),
+        stream=old.stream,
+        arrival_time=old.arrival_time,
+    )
+    return RoutedPayload(request=fwd, view=view)

@@ -105,6 +105,7 @@ def deploy(cfg: FleetConfig, *, enable_metrics: bool = True) -> str:
     from cluster.app import APP_NAME, build_app
     from replicas.status_registry import ensure_status_actor
 
+    check_deploy_exposure(cfg)
     ensure_status_actor()
     serve.start(http_options=http_options(cfg))
     serve.run(
@@ -114,6 +115,15 @@ def deploy(cfg: FleetConfig, *, enable_metrics: bool = True) -> str:
         blocking=False,
     )
     return f"http://{cfg.server.host}:{cfg.server.port}"
+
+
+def check_deploy_exposure(cfg: FleetConfig) -> None:
+    """Refuse an open API on a non-loopback host (``cluster/guard.py``)."""
+    from cluster.guard import check_exposure
+    from cluster.keys import KeyStore
+
+    keys = KeyStore.from_config(cfg.server.api_keys_file).configured()
+    check_exposure(cfg.server.host, keys, cfg.server.allow_unauthenticated)
 
 
 def wait_ready(url: str, timeout_s: float = 300.0) -> None:

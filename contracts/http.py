@@ -10,8 +10,9 @@ Contract
   (``max_tokens`` default, see ``cluster/request_prep.py``); the replica's OpenAI layer
   (vLLM's own, or ``replicas/openai_lite`` for the simulated and null engines) validates
   it and answers exactly as that layer would.
-- The replica's stream yields one ``ResponseHead`` first, then the body as ``bytes``
-  items. For ``text/event-stream`` each item is one or more whole SSE events, already
+- The replica's stream yields ``Accepted`` first, the moment the replica takes the request
+  (the ingress's admission deadline and its retry/migration bookkeeping key on it), then
+  one ``ResponseHead``, then the body as ``bytes`` items. For ``text/event-stream`` each item is one or more whole SSE events, already
   encoded: the relays pass them on without parsing. Whatever the engine produced while a
   relay was busy is coalesced into one item, so a slow hop carries fewer, larger objects.
 - Errors are OpenAI-shaped (``api_error_body``): ``{"error": {message, type, param,
@@ -39,6 +40,11 @@ class ForwardedRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Accepted:
+    replica_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class ResponseHead:
     status: int
     media_type: str
@@ -56,8 +62,10 @@ class APIError(Exception):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        self.headers = headers or {}
         self.status = status
         self.message = message
         self.type = type

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from contracts.http import ForwardedRequest, ResponseHead
+from contracts.http import Accepted, ForwardedRequest, ResponseHead
 from replicas.factory import build_engine
 from replicas.metrics import ReplicaMetrics
 
@@ -79,11 +80,14 @@ class LLMReplica:
                     self._metrics.set_gauges(stats)
                 status = status or get_status_actor()
                 if status is not None:
-                    status.report.remote(replica_id, stats.to_wire())
+                    status.report.remote(replica_id, stats.to_wire(), os.getpid())
             await asyncio.sleep(GAUGE_PERIOD_S)
 
-    async def handle(self, payload: dict[str, Any]) -> AsyncIterator[ResponseHead | bytes]:
+    async def handle(
+        self, payload: dict[str, Any]
+    ) -> AsyncIterator[Accepted | ResponseHead | bytes]:
         fwd: ForwardedRequest = payload["request"]
+        yield Accepted(self.replica_id)
         async for item in self.frontend.handle(fwd):
             yield item
 

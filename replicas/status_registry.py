@@ -1,7 +1,7 @@
 """A tiny named actor holding each replica's latest stats, for ``llmfleet status`` and
 ``GET /health``. Replicas report every second (fire-and-forget); readers get a snapshot.
 Not on the request path: routing and autoscaling read Serve's own stats channels.
-A row is the replica's ``ReplicaStats.to_wire()`` plus ``replica`` and ``reported_at``;
+A row is the replica's ``ReplicaStats.to_wire()`` plus ``replica``, ``pid`` and ``reported_at``;
 readers decode it with ``contracts.stats.from_wire`` (``llmfleet status``) or read single
 keys that every version has (``healthy`` for ``GET /health``).
 """
@@ -24,8 +24,10 @@ class FleetStatus:
     def __init__(self) -> None:
         self._replicas: dict[str, dict[str, Any]] = {}
 
-    def report(self, replica_id: str, stats: dict[str, float]) -> None:  # ReplicaStats wire
-        self._replicas[replica_id] = {"replica": replica_id, "reported_at": time.time(), **stats}
+    def report(self, replica_id: str, stats: dict[str, float], pid: int = 0) -> None:
+        # stats: ReplicaStats wire; pid: the replica's process (operators, chaos tests)
+        row = {"replica": replica_id, "reported_at": time.time(), "pid": pid}
+        self._replicas[replica_id] = {**row, **stats}
 
     def forget(self, replica_id: str) -> None:
         self._replicas.pop(replica_id, None)

@@ -9,7 +9,8 @@ finishes; ``update_replicas`` with the full replica set on every change and
   ``ReplicaView`` (the book owns in-flight counts, pending decisions, outstanding prefill and
   the correction of stale stats reports; ``routing_stats`` is ``ReplicaStats.to_wire()``,
   decoded by the book);
-- the ingress's ``RequestView`` is read from ``pending_request.args[0]["view"]``; the policy
+- the ingress's ``RequestView`` is read from ``pending_request.args[0]["view"]``, and the
+  replicas it asks to skip (circuit breaker, earlier failures) from ``["avoid"]``; the policy
   decides and the adapter returns ranked tiers ``[[chosen], [others by score]]`` so Serve
   can back off to the rest when the chosen one is full. Without a view it falls back to
   power-of-two choices;
@@ -66,6 +67,16 @@ def request_view_of(pending_request: PendingRequest | None) -> RequestView | Non
     payload = pending_request.args[0]
     view = payload.get("view") if isinstance(payload, dict) else None
     return view if isinstance(view, RequestView) else None
+
+
+def avoided_of(pending_request: PendingRequest | None) -> frozenset[str]:
+    """Replicas the ingress asks to skip (its circuit breaker, replicas that failed this
+    request): ``payload["avoid"]``."""
+    if pending_request is None or not pending_request.args:
+        return frozenset()
+    payload = pending_request.args[0]
+    avoid = payload.get("avoid") if isinstance(payload, dict) else None
+    return avoid if isinstance(avoid, frozenset) else frozenset()
 
 
 def rank_tiers(decision: RoutingDecision, candidates: Sequence[Any]) -> list[list[Any]]:
@@ -174,6 +185,10 @@ class LLMFleetRequestRouter(RequestRouter):
             return []
         if not self._state_ready():
             self.initialize_state()
+        avoid = avoided_of(pending_request)
+        if avoid:  # unless nothing else is left: a fleet of one still serves
+            kept = [r for r in candidate_replicas if r.replica_id.unique_id not in avoid]
+            candidate_replicas = kept or candidate_replicas
         self._ensure_subscribers(candidate_replicas)
         now = self.clock()
         views = [self.replica_view(r, now) for r in candidate_replicas]

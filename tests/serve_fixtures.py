@@ -25,7 +25,9 @@ def ray_session() -> Iterator[None]:
     if ray.is_initialized():  # a module imported this fixture again: reuse the cluster
         yield
         return
-    cfg = FleetConfig.model_validate({"server": {"port": TEST_PORT, "metrics_export_port": TEST_METRICS_PORT}})
+    cfg = FleetConfig.model_validate(
+        {"server": {"port": TEST_PORT, "metrics_export_port": TEST_METRICS_PORT}}
+    )
     start_ray(cfg)
     serve.start(http_options=http_options(cfg))  # as `llmfleet up` starts it
     yield
@@ -83,3 +85,24 @@ def replica_stats() -> list[dict[str, float]]:
 
 def post(path: str, body: Any, **kw: Any) -> httpx.Response:
     return httpx.post(f"{TEST_URL}{path}", json=body, timeout=120, **kw)
+
+
+def session_processes(name_part: str) -> list[Any]:
+    """Processes of this test session's Ray node whose name contains ``name_part`` (Ray
+    titles workers ``ray::ServeReplica:<app>:<deployment>``); other clusters on the machine
+    are not touched."""
+    import psutil
+    import ray
+
+    node = ray._private.worker._global_node  # the head node this session started
+    raylets = [p.process.pid for p in node.all_processes.get("raylet", [])]
+    out = []
+    for pid in raylets:
+        for child in psutil.Process(pid).children(recursive=True):
+            try:
+                title = " ".join(child.cmdline()) or child.name()
+            except psutil.Error:
+                continue
+            if name_part in title:
+                out.append(child)
+    return out

@@ -103,6 +103,13 @@ class ChatRequest(_Sampling):
         None, description="Alias of max_tokens (newer clients)."
     )
     logprobs: bool | None = Field(None, description="Log-probs are not supported.")
+    continue_final_message: bool = Field(
+        False,
+        description="vLLM's: continue the final assistant message (the ingress's token ids already end with it).",
+    )
+    add_generation_prompt: bool = Field(
+        True, description="vLLM's: accepted; the ingress's token ids decide the prompt."
+    )
 
     @field_validator("logprobs")
     @classmethod

@@ -40,9 +40,10 @@ def test_stream_failure_ends_stream_with_error_and_frees_slot(failing_app: None)
     body = {"model": MODEL, "prompt": "hello", "max_tokens": 50, "stream": True, "ignore_eos": True}
     with httpx.stream("POST", f"{TEST_URL}/v1/completions", json=body, timeout=30) as r:
         events = [ln[len("data: ") :] for ln in r.iter_lines() if ln.startswith("data: ")]
-    err = json.loads(events[-1])
+    assert events[-1] == "[DONE]"  # the client's loop ends as on any stream
+    err = json.loads(events[-2])
     assert err["error"]["code"] == "stream_error"
-    assert "Traceback" not in events[-1]
+    assert "Traceback" not in events[-2]
     assert sum("text_completion" in e for e in events) <= 5
     assert _idle()
 

@@ -1,0 +1,109 @@
+"""The ingress's door: API keys (``keys.py``) and per-key quotas (``quotas.py``).
+
+- With keys configured, every route but ``/health`` needs ``Authorization: Bearer <key>``:
+  none or an unknown key is 401 ``invalid_api_key``; a user key on an admin route
+  (``/fleet/status``) is 403 ``insufficient_permissions``. With no keys the API is open —
+  ``check_exposure`` then allows only a loopback host unless the config says otherwise.
+- A request that passes is charged to its key's quotas before it is routed (its prompt
+  tokens + the output tokens it may produce); a refusal is 429 with ``Retry-After`` and
+  OpenAI's ``x-ratelimit-*`` headers, which successful answers carry too. The ticket is
+  settled when the request ends (unused output tokens refunded).
+- With N ingress replicas each enforces 1/N of every limit (``quotas.py`` states the
+  tolerance).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.keys import ApiKey, KeyStore, bearer_token
+from cluster.quotas import QuotaLimiter, Ticket
+from contracts.http import APIError
+
+ADMIN_ROUTES = frozenset({"/fleet/status"})
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, keys_configured: bool, allow_unauthenticated: bool) -> None:
+    """Secure by default: an open API (no keys) binds only to loopback."""
+    if keys_configured or allow_unauthenticated or is_loopback(host):
+        return
+    raise ValueError(
+        f"server.host {host} is not loopback and no API keys are configured: anyone who "
+        "reaches the port could use the fleet. Add keys (`llmfleet keys add NAME`, then "
+        "server.api_keys_file) or set server.allow_unauthenticated: true."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    key: ApiKey | None
+    ticket: Ticket | None = None
+    headers: dict[str, str] | None = None
+
+
+class Guard:
+    def __init__(self, keys_file: str | None, share: float = 1.0) -> None:
+        self.keys = KeyStore.from_config(keys_file)
+        self.on = self.keys.configured()
+        self.quotas = QuotaLimiter(share=share)
+
+    def authenticate(self, authorization: str | None, path: str) -> ApiKey | None:
+        if not self.on:
+            return None
+        key = self.keys.lookup(bearer_token(authorization))
+        if key is None:
+            raise APIError(
+                401,
+                "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'.",
+                type="invalid_request_error",
+                code="invalid_api_key",
+            )
+        if path in ADMIN_ROUTES and not key.admin:
+            raise APIError(
+                403,
+                f"{path} needs an admin key",
+                type="invalid_request_error",
+                code="insufficient_permissions",
+            )
+        return key
+
+    def admit(self, key: ApiKey | None, tokens: int) -> Pass:
+        if key is None:
+            return Pass(None)
+        adm = self.quotas.admit(key.key_id, key.limits, tokens)
+        if not adm.ok:
+            raise APIError(
+                429,
+                adm.message,
+                type="tokens" if adm.reason.startswith("tokens") else "requests",
+                code="rate_limit_exceeded",
+                headers=adm.headers,
+            )
+        return Pass(key, adm.ticket, adm.headers)
+
+    def settle(self, grant: Pass, used_tokens: int | None) -> None:
+        if grant.ticket is not None:
+            used = grant.ticket.tokens if used_tokens is None else used_tokens
+            self.quotas.settle(grant.ticket, used)
+
+
+def usage_tokens(body: bytes) -> int | None:
+    """prompt + completion tokens of a JSON answer's ``usage`` (None when absent)."""
+    import json
+
+    try:
+        usage: Any = json.loads(body).get("usage")
+        return int(usage["prompt_tokens"]) + int(usage["completion_tokens"])
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None

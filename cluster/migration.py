@@ -1,0 +1,191 @@
+"""Continue a streamed request on another replica after its replica died mid-stream.
+
+Migration (as NVIDIA Dynamo does it): the new replica gets the original request with the
+text already streamed appended to the prompt, and the client's stream goes on as if
+nothing happened::
+
+    client ◄── e1 e2 e3 ─┤replica A dies├── e4' e5' … [DONE]   (from replica B)
+                          prompt' = prompt + text(e1..e3)
+                          max_tokens' = max_tokens − tokens(e1..e3)
+
+- ``/v1/completions``: the prompt (a string, or token ids) is extended by the text.
+- ``/v1/chat/completions``: the messages get a final assistant message holding the text,
+  with vLLM's ``continue_final_message: true`` and ``add_generation_prompt: false``.
+- Only ``n`` = 1 streams without tools or a ``response_format`` migrate (a tool-call parser
+  or a grammar restarted mid-output would produce something the client did not ask for);
+  the rest end with an in-band error.
+- The continuation's events are rewritten to the original ``id``, ``created`` and
+  ``model``; its chat role chunk is dropped; its usage counts the migrated tokens as output.
+- Output tokens already streamed are counted by the ingress's tokenizer (an estimate at a
+  token boundary the replica may split differently: the continuation is the same text, not
+  always the same token ids). Sampling continues from a different random state.
+
+``StreamLog`` keeps the raw events a relay passed on and parses them only when needed
+(a failure, or every ``FOLD_BYTES``): a healthy stream pays one list append per item.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+FOLD_BYTES = 256 * 1024
+DONE_EVENT = b"data: [DONE]\n\n"
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+
+
+def migratable(path: str, body: dict[str, Any]) -> bool:
+    if path not in (CHAT, COMPLETIONS) or body.get("stream") is not True:
+        return False
+    if body.get("n") not in (None, 1) or body.get("best_of") not in (None, 1):
+        return False
+    rf = body.get("response_format")
+    if isinstance(rf, dict) and rf.get("type") not in (None, "text"):
+        return False
+    if body.get("tools") or body.get("structured_outputs") or body.get("guided_json"):
+        return False
+    if path == COMPLETIONS:
+        prompt = body.get("prompt")
+        ids = isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)
+        return isinstance(prompt, str) or (ids and bool(prompt))
+    return isinstance(body.get("messages"), list)
+
+
+def split_events(data: bytes) -> list[bytes]:
+    """``data: …`` payloads of whole SSE events (comments and blank lines dropped)."""
+    out = []
+    for event in data.split(b"\n\n"):
+        for line in event.split(b"\n"):
+            if line.startswith(b"data:"):
+                out.append(line[5:].strip())
+    return out
+
+
+@dataclass
+class StreamLog:
+    path: str
+    pending: list[bytes] = field(default_factory=list)
+    pending_bytes: int = 0
+    text: str = ""
+    id: str | None = None
+    created: int | None = None
+    model: str | None = None
+    finished: bool = False  # a finish_reason was streamed
+    done: bool = False  # [DONE] was streamed
+
+    def add(self, chunk: bytes) -> None:
+        self.pending.append(chunk)
+        self.pending_bytes += len(chunk)
+        if self.pending_bytes > FOLD_BYTES:
+            self.fold()
+
+    def fold(self) -> None:
+        data, self.pending, self.pending_bytes = b"".join(self.pending), [], 0
+        for payload in split_events(data):
+            if payload == b"[DONE]":
+                self.done = True
+                continue
+            try:
+                event = json.loads(payload)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                self._observe(event)
+
+    def _observe(self, event: dict[str, Any]) -> None:
+        if "error" in event:
+            return
+        self.id = self.id or event.get("id")
+        self.created = self.created or event.get("created")
+        self.model = self.model or event.get("model")
+        for choice in event.get("choices") or ():
+            if self.path == CHAT:
+                self.text += (choice.get("delta") or {}).get("content") or ""
+            else:
+                self.text += choice.get("text") or ""
+            if choice.get("finish_reason"):
+                self.finished = True
+
+
+def _max_tokens_field(path: str, body: dict[str, Any]) -> str:
+    if path == CHAT and body.get("max_tokens") is None:
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
+def continuation(
+    path: str, body: dict[str, Any], log: StreamLog, more_ids: list[int]
+) -> dict[str, Any] | None:
+    """The body that continues ``body`` after ``log.text`` (``more_ids``: its token ids, by
+    the ingress's tokenizer); None when no output is left."""
+    emitted_tokens = len(more_ids)
+    out = copy.deepcopy(body)
+    key = _max_tokens_field(path, out)
+    if isinstance(out.get(key), int):
+        left = out[key] - emitted_tokens
+        if left <= 0:
+            return None
+        out[key] = left
+    if path == COMPLETIONS:
+        out["echo"] = False
+        if isinstance(out["prompt"], str):
+            out["prompt"] = out["prompt"] + log.text
+        else:
+            out["prompt"] = list(out["prompt"]) + list(more_ids)
+        return out
+    out["messages"] = [*out["messages"], {"role": "assistant", "content": log.text}]
+    out["continue_final_message"] = True
+    out["add_generation_prompt"] = False
+    return out
+
+
+@dataclass
+class Rewriter:
+    """Rewrites a continuation's events so the client sees one stream."""
+
+    path: str
+    log: StreamLog
+    emitted_tokens: int
+
+    def events(self, data: bytes) -> bytes:
+        out = []
+        for payload in split_events(data):
+            if payload == b"[DONE]":
+                out.append(DONE_EVENT)
+                continue
+            try:
+                event = json.loads(payload)
+            except ValueError:
+                continue
+            event = self._rewrite(event) if isinstance(event, dict) else None
+            if event is not None:
+                out.append(b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n")
+        return b"".join(out)
+
+    def _rewrite(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        if "error" in event:
+            return event
+        for key in ("id", "created", "model"):
+            if getattr(self.log, key) is not None:
+                event[key] = getattr(self.log, key)
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            usage["completion_tokens"] = usage.get("completion_tokens", 0) + self.emitted_tokens
+            usage["prompt_tokens"] = max(0, usage.get("prompt_tokens", 0) - self.emitted_tokens)
+        choices = event.get("choices")
+        if self.path != CHAT or not choices:
+            return event
+        for choice in choices:
+            delta = choice.get("delta") or {}
+            delta.pop("role", None)
+        if all(_empty_chat_choice(c) for c in choices) and not usage:
+            return None
+        return event
+
+
+def _empty_chat_choice(choice: dict[str, Any]) -> bool:
+    delta = choice.get("delta") or {}
+    return not choice.get("finish_reason") and not any(v for v in delta.values())

@@ -1,0 +1,256 @@
+"""One request through the fleet: admission, retry before the first byte, migration after.
+
+::
+
+    call replica ─► Accepted ──(admission_timeout_s)──► 429 / 503, before any 200
+                 ─► ResponseHead ─► bytes … ─► end
+        replica died before the head:  resend (another replica), up to the budget
+        replica died mid-stream:       migrate (``migration.py``), up to the budget;
+                                       else an in-band error event and ``[DONE]``
+
+- **Admission.** A replica takes a request when it has a free slot (``max_ongoing_requests``);
+  until then the request waits at the router, at most ``max_queued`` of them per ingress
+  (counted here, without an ``await`` between the check and the count: Serve's own
+  ``max_queued_requests`` check, kept as a second line, lets a burst overshoot it) and each
+  at most ``admission_timeout_s`` (then 429, or 503 when no replica is healthy). The client gets
+  its status only after a replica accepted, so overload is never a 200 followed by an error.
+- **What is retried.** Only a replica's death (Ray reports the actor died or is
+  unavailable): the request did not finish and another replica can run it. An error the
+  engine raised is the request's own failure and is not retried (it would fail again).
+- **Circuit breaking.** Every failure is charged to its replica (``breaker.py``); a request
+  carries ``avoid`` (open breakers + replicas that failed it) for the router adapter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster.breaker import CircuitBreaker
+from cluster.migration import DONE_EVENT, Rewriter, StreamLog, continuation, migratable
+from contracts.http import Accepted, APIError, ResponseHead
+
+log = logging.getLogger("llmfleet.relay")
+RETRY_AFTER_S = 1
+
+
+def replica_died(err: BaseException) -> bool:
+    from ray.exceptions import ActorUnavailableError, RayActorError
+    from ray.serve.exceptions import ReplicaUnavailableError
+
+    return isinstance(err, RayActorError | ActorUnavailableError | ReplicaUnavailableError)
+
+
+def busy(message: str) -> APIError:
+    return APIError(
+        429,
+        message,
+        type="rate_limit_error",
+        code="fleet_at_capacity",
+        headers={"retry-after": str(RETRY_AFTER_S)},
+    )
+
+
+def unavailable() -> APIError:
+    return APIError(
+        503,
+        "no healthy replica is serving this model",
+        type="service_unavailable",
+        code="no_healthy_replica",
+        headers={"retry-after": str(RETRY_AFTER_S)},
+    )
+
+
+def sse_error(message: str, code: str) -> bytes:
+    body = APIError(500, message, type="server_error", code=code).body()
+    return f"data: {json.dumps(body)}\n\n".encode() + DONE_EVENT
+
+
+@dataclass(frozen=True, slots=True)
+class RelaySettings:
+    admission_timeout_s: float = 10.0
+    request_timeout_s: float = 600.0
+    migrate_attempts: int = 2
+    max_queued: int = 64  # requests waiting for a replica to accept them, at this ingress
+
+
+@dataclass
+class Counters:
+    retried: int = 0  # resent before the first byte after a replica died
+    migrated: int = 0  # continued on another replica mid-stream
+    failed: int = 0  # ended with an error after the budget
+
+
+@dataclass(slots=True)
+class Started:
+    call: Any
+    head: ResponseHead
+    replica_id: str
+    failed_on: set[str] = field(default_factory=set)
+
+
+# (continuation body, token ids of the text already streamed, their count) -> payload
+Resubmit = Callable[[dict[str, Any], list[int], int], dict[str, Any]]
+
+
+class Relay:
+    def __init__(
+        self,
+        handle: Any,
+        settings: RelaySettings,
+        breaker: CircuitBreaker,
+        fleet_healthy: Callable[[], Awaitable[bool | None]],
+    ) -> None:
+        self.handle = handle
+        self.s = settings
+        self.breaker = breaker
+        self.fleet_healthy = fleet_healthy
+        self.counters = Counters()
+        self.waiting = 0  # calls not yet accepted by a replica
+
+    def full(self) -> bool:
+        return self.waiting >= self.s.max_queued
+
+    def check_room(self) -> None:
+        if self.full():
+            raise busy("too many requests are queued for this model; retry later")
+
+    async def start(self, payload: dict[str, Any], failed_on: set[str] | None = None) -> Started:
+        """Call replicas until one answers with a head; raises ``APIError`` otherwise."""
+        from ray.serve.exceptions import BackPressureError
+
+        failed_on = set() if failed_on is None else failed_on
+        budget = self.s.migrate_attempts
+        while True:
+            self.check_room()
+            payload["avoid"] = frozenset(failed_on | self.breaker.avoid())
+            call = self.handle.options(stream=True).handle.remote(payload)
+            rid = ""
+            try:
+                self.waiting += 1
+                try:
+                    rid = await self._admit(call)
+                finally:
+                    self.waiting -= 1
+                async with asyncio.timeout(self.s.request_timeout_s):
+                    head = await call.__anext__()
+            except APIError:
+                call.cancel()
+                raise
+            except BackPressureError:
+                call.cancel()
+                raise busy("too many requests are queued for this model; retry later") from None
+            except TimeoutError:
+                call.cancel()
+                raise APIError(504, "request timed out", type="timeout", code="timeout") from None
+            except Exception as err:
+                call.cancel()
+                if rid:
+                    self.breaker.failure(rid)
+                    failed_on.add(rid)
+                if replica_died(err) and budget > 0:
+                    budget -= 1
+                    self.counters.retried += 1
+                    log.warning("replica %s died before answering; resending", rid or "?")
+                    continue
+                self.counters.failed += 1
+                log.warning("request failed on replica %s: %r", rid or "?", err)
+                raise APIError(
+                    500, "generation failed", type="server_error", code="engine_error"
+                ) from None
+            assert isinstance(head, ResponseHead)
+            if head.status >= 500:
+                self.breaker.failure(rid)
+            return Started(call, head, rid, failed_on)
+
+    async def _admit(self, call: Any) -> str:
+        try:
+            async with asyncio.timeout(self.s.admission_timeout_s):
+                first = await call.__anext__()
+        except TimeoutError:
+            if await self.fleet_healthy() is False:
+                raise unavailable() from None
+            raise busy("the fleet is at capacity; retry later") from None
+        assert isinstance(first, Accepted)
+        return first.replica_id
+
+    async def collect(self, started: Started) -> bytes:
+        parts: list[bytes] = []
+        try:
+            async with asyncio.timeout(self.s.request_timeout_s):
+                async for chunk in started.call:
+                    parts.append(chunk)
+        except TimeoutError:
+            raise APIError(504, "request timed out", type="timeout", code="timeout") from None
+        except Exception as err:  # after the head: the body is whole or failed
+            self.breaker.failure(started.replica_id)
+            log.warning("request failed on replica %s: %r", started.replica_id, err)
+            raise APIError(
+                500, "generation failed", type="server_error", code="engine_error"
+            ) from None
+        finally:
+            started.call.cancel()
+        self.breaker.success(started.replica_id)
+        return b"".join(parts)
+
+    async def stream(
+        self,
+        started: Started,
+        path: str,
+        body: dict[str, Any] | None,
+        encode: Callable[[str], list[int]],
+        resubmit: Resubmit,
+    ) -> AsyncIterator[bytes]:
+        """Relay a streamed answer; on a replica's death, migrate (or end in-band)."""
+        slog = StreamLog(path) if body is not None and migratable(path, body) else None
+        rewriter: Rewriter | None = None
+        budget = self.s.migrate_attempts
+        try:
+            async with asyncio.timeout(self.s.request_timeout_s):
+                while True:
+                    try:
+                        async for chunk in started.call:
+                            if rewriter is not None:
+                                chunk = rewriter.events(chunk)
+                            if slog is not None:
+                                slog.add(chunk)
+                            yield chunk
+                        self.breaker.success(started.replica_id)
+                        return
+                    except Exception as err:
+                        started.call.cancel()
+                        self.breaker.failure(started.replica_id)
+                        started.failed_on.add(started.replica_id)
+                        if slog is None or budget <= 0 or not replica_died(err):
+                            raise
+                        budget -= 1
+                    slog.fold()
+                    if slog.done:
+                        return
+                    if slog.finished:
+                        yield DONE_EVENT
+                        return
+                    assert body is not None
+                    more_ids = encode(slog.text)
+                    emitted = len(more_ids)
+                    cont = continuation(path, body, slog, more_ids)
+                    if cont is None:
+                        yield DONE_EVENT
+                        return
+                    log.warning("replica %s died mid-stream; migrating", started.replica_id)
+                    payload = resubmit(cont, more_ids, emitted)
+                    started = await self.start(payload, started.failed_on)
+                    self.counters.migrated += 1
+                    if started.head.status != 200:  # the continuation was refused
+                        raise RuntimeError(f"continuation answered {started.head.status}")
+                    rewriter = Rewriter(path, slog, emitted)
+        except Exception as err:  # mid-stream failure: tell the client in-band, then end
+            self.counters.failed += 1
+            log.warning("stream failed: %r", err)
+            yield sse_error("generation failed mid-stream", "stream_error")
+        finally:
+            started.call.cancel()

@@ -1,0 +1,200 @@
+"""Component: API keys on every route, per-key quotas, body caps, load shedding before the 200.
+
+One simulated fleet (2 replicas × 4 slots, 8 queued at the one ingress) with a key file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cluster.keys import KeyLimits, add_key
+from tests.serve_fixtures import TEST_URL, delete_app, deploy_app, replica_stats, session_processes
+
+pytestmark = [pytest.mark.component]
+MODEL = "smollm2-135m-instruct"
+KEYS: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def guarded_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    path = Path(tmp_path_factory.mktemp("keys")) / "keys.yaml"
+    KEYS["admin"] = add_key(path, "ops", admin=True)
+    KEYS["user"] = add_key(path, "app")
+    KEYS["rpm"] = add_key(path, "small", limits=KeyLimits(requests_per_min=3))
+    KEYS["streams"] = add_key(path, "one", limits=KeyLimits(max_streams=1))
+    deploy_app(
+        {
+            "engine": {"type": "sim", "sim": {"speed": 1.0}},
+            "replicas": {
+                "num_replicas": 2,
+                "num_cpus": 0.1,
+                "max_ongoing_requests": 4,
+                "max_queued_requests": 8,
+            },
+            "routing": {"policy": "prefix", "stats_period_s": 0.2},
+            "server": {"ingress_replicas": 1, "api_keys_file": str(path)},
+        },
+        timeout_s=180,
+    )
+    yield
+    delete_app()
+
+
+def _auth(who: str) -> dict[str, str]:
+    if who == "none":
+        return {}
+    if who == "wrong":
+        return {"authorization": "Bearer sk-llmfleet-not-a-key"}
+    return {"authorization": f"Bearer {KEYS[who]}"}
+
+
+def _completion(**kw: object) -> dict[str, object]:
+    return {"model": MODEL, "prompt": "hello there", "max_tokens": 4, **kw}
+
+
+ROUTES = [
+    ("GET", "/health", None),
+    ("GET", "/v1/models", None),
+    ("GET", "/openapi.json", None),
+    ("GET", "/fleet/status", None),
+    ("POST", "/v1/completions", _completion()),
+    (
+        "POST",
+        "/v1/chat/completions",
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+    ),
+    ("POST", "/v1/responses", {"model": MODEL, "input": "hi"}),
+    ("POST", "/tokenize", {"model": MODEL, "prompt": "hi"}),
+    ("POST", "/detokenize", {"model": MODEL, "tokens": [1, 2]}),
+]
+
+
+@pytest.mark.parametrize("who", ["none", "wrong", "user", "admin"])
+@pytest.mark.parametrize(("method", "path", "body"), ROUTES)
+def test_every_route_by_key(
+    guarded_app: None, method: str, path: str, body: object, who: str
+) -> None:
+    r = httpx.request(method, f"{TEST_URL}{path}", json=body, headers=_auth(who), timeout=30)
+    if path == "/health":
+        assert r.status_code == 200
+    elif who in ("none", "wrong"):
+        assert r.status_code == 401, r.text
+        assert r.json()["error"]["code"] == "invalid_api_key"
+    elif path == "/fleet/status" and who == "user":
+        assert r.status_code == 403
+        assert r.json()["error"]["code"] == "insufficient_permissions"
+    else:
+        assert r.status_code not in (401, 403, 500), r.text
+
+
+def test_requests_per_minute_quota(guarded_app: None) -> None:
+    codes = []
+    for _ in range(4):
+        r = httpx.post(
+            f"{TEST_URL}/v1/completions", json=_completion(), headers=_auth("rpm"), timeout=30
+        )
+        codes.append(r.status_code)
+    assert codes == [200, 200, 200, 429]
+    assert r.json()["error"]["code"] == "rate_limit_exceeded"
+    assert int(r.headers["retry-after"]) >= 1
+    assert r.headers["x-ratelimit-limit-requests"] == "3"
+    assert r.headers["x-ratelimit-remaining-requests"] == "0"
+    ok = httpx.post(
+        f"{TEST_URL}/v1/completions", json=_completion(), headers=_auth("user"), timeout=30
+    )
+    assert ok.status_code == 200  # another key is unaffected
+
+
+def test_concurrent_streams_quota(guarded_app: None) -> None:
+    body = _completion(max_tokens=60, stream=True, ignore_eos=True)
+    url = f"{TEST_URL}/v1/completions"
+    with httpx.stream("POST", url, json=body, headers=_auth("streams"), timeout=30) as first:
+        assert first.status_code == 200
+        second = httpx.post(url, json=_completion(), headers=_auth("streams"), timeout=30)
+        assert second.status_code == 429
+        assert second.headers["retry-after"] == "1"
+    assert (
+        httpx.post(url, json=_completion(), headers=_auth("streams"), timeout=30).status_code == 200
+    )
+
+
+async def _stream_gaps(client: httpx.AsyncClient, out: list[float], stop: asyncio.Event) -> None:
+    body = _completion(max_tokens=300, stream=True, ignore_eos=True)
+    async with client.stream("POST", "/v1/completions", json=body) as r:
+        last = time.monotonic()
+        async for _ in r.aiter_bytes():
+            now = time.monotonic()
+            out.append(now - last)
+            last = now
+            if stop.is_set():
+                return
+
+
+async def test_big_bodies_are_refused_fast_while_streams_flow(guarded_app: None) -> None:
+    async with httpx.AsyncClient(base_url=TEST_URL, headers=_auth("admin"), timeout=60) as c:
+        gaps: list[float] = []
+        stop = asyncio.Event()
+        streams = [asyncio.create_task(_stream_gaps(c, gaps, stop)) for _ in range(2)]
+        await asyncio.sleep(1.0)
+        t0 = time.monotonic()
+        big = await c.post("/v1/completions", content=b"x" * (64 << 20))
+        assert big.status_code == 413
+        assert big.json()["error"]["code"] == "request_too_large"
+        assert time.monotonic() - t0 < 1.0
+        long = await c.post("/v1/completions", json=_completion(prompt="ab " * 2_600_000))
+        assert long.status_code == 400, long.text[:300]
+        assert long.json()["error"]["code"] == "context_length_exceeded"
+        stop.set()
+        await asyncio.gather(*streams)
+    assert gaps
+    assert max(gaps[1:]) < 0.25, sorted(gaps)[-5:]
+
+
+def _ingress_rss() -> int:
+    procs = session_processes("OpenAIIngress")
+    assert len(procs) == 1
+    return int(procs[0].memory_info().rss)
+
+
+async def _one(c: httpx.AsyncClient) -> tuple[int, float, str]:
+    t0 = time.monotonic()
+    body = _completion(max_tokens=200, stream=True, ignore_eos=True)
+    async with c.stream("POST", "/v1/completions", json=body) as r:
+        took = time.monotonic() - t0
+        retry = r.headers.get("retry-after", "")
+        async for _ in r.aiter_bytes():
+            pass
+    return r.status_code, took, retry
+
+
+async def test_overload_is_shed_before_the_200(guarded_app: None) -> None:
+    before = _ingress_rss()
+    limits = httpx.Limits(max_connections=200)
+    async with httpx.AsyncClient(
+        base_url=TEST_URL, headers=_auth("admin"), timeout=60, limits=limits
+    ) as c:
+        results = await asyncio.gather(*[_one(c) for _ in range(100)])
+    ok = [r for r in results if r[0] == 200]
+    print("SHED", sorted((round(t, 2), code) for code, t, _ in results))
+    shed = [r for r in results if r[0] != 200]
+    assert len(ok) <= 16, sorted((round(t, 2), code) for code, t, _ in results)
+    assert all(code == 429 and retry for code, _, retry in shed), shed[:3]
+    assert max(took for _, took, _ in shed) < 1.0, sorted(round(t, 2) for _, t, _ in results)
+    assert _ingress_rss() - before < 50 << 20
+    time.sleep(1.0)
+    assert all(s["running"] == 0 and s["waiting"] == 0 for s in replica_stats())
+
+
+def test_errors_are_openai_shaped(guarded_app: None) -> None:
+    r = httpx.post(
+        f"{TEST_URL}/v1/completions", content=b"{not json", headers=_auth("user"), timeout=30
+    )
+    assert r.status_code == 400
+    assert set(json.loads(r.text)["error"]) == {"message", "type", "param", "code"}

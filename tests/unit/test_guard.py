@@ -1,0 +1,52 @@
+"""Exposure rules and the ingress's request bounds that need no server."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.app import ingress_replicas
+from cluster.config import parse_config
+from cluster.guard import check_exposure, usage_tokens
+from cluster.request_prep import Limits, bounded_count, check_context
+from contracts.http import APIError
+
+
+def test_open_api_only_on_loopback() -> None:
+    check_exposure("127.0.0.1", keys_configured=False, allow_unauthenticated=False)
+    check_exposure("::1", keys_configured=False, allow_unauthenticated=False)
+    with pytest.raises(ValueError, match="no API keys"):
+        check_exposure("0.0.0.0", keys_configured=False, allow_unauthenticated=False)
+    check_exposure("0.0.0.0", keys_configured=True, allow_unauthenticated=False)
+    check_exposure("10.0.0.5", keys_configured=False, allow_unauthenticated=True)
+
+
+def test_usage_tokens() -> None:
+    assert usage_tokens(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 4}}') == 7
+    assert usage_tokens(b"{}") is None
+    assert usage_tokens(b"not json") is None
+
+
+class _Chars:
+    def encode(self, text: str, **_: object) -> list[int]:
+        return [0] * len(text)
+
+
+def test_huge_prompt_is_judged_on_a_prefix() -> None:
+    limits = Limits("m", max_model_len=100, max_tokens_cap=10, default_max_tokens=5, block_size=16)
+    assert bounded_count("x" * 50, _Chars(), limits) == 0  # short: full tokenization decides
+    n = bounded_count("x" * 10_000_000, _Chars(), limits)
+    assert n == 1600  # the window only
+    with pytest.raises(APIError) as err:
+        check_context("/v1/completions", n, limits)
+    assert err.value.code == "context_length_exceeded"
+
+
+def test_ingress_replicas_default() -> None:
+    one = parse_config({"replicas": {"num_replicas": 1}, "routing": {"policy": "p2c"}})
+    assert ingress_replicas(one) == 1
+    many = parse_config({"replicas": {"num_replicas": 4}, "routing": {"policy": "p2c"}})
+    assert ingress_replicas(many) == 2
+    learned = parse_config({"replicas": {"num_replicas": 4}, "routing": {"policy": "prefix"}})
+    assert ingress_replicas(learned) == 1
+    set_ = parse_config({"replicas": {"num_replicas": 4}, "server": {"ingress_replicas": 3}})
+    assert ingress_replicas(set_) == 3
