@@ -39,6 +39,8 @@ def engine_spec(cfg: FleetConfig, model_dir: str) -> dict[str, Any]:
         "tool_strict_level": m.tool_strict_level,
         "chat_template": m.chat_template,
     }
+    spec["stall_timeout_s"] = cfg.replicas.stall_timeout_s
+    spec["fault_injection"] = cfg.engine.fault_injection
     if cfg.engine.fail_after_tokens is not None:
         spec["faults"] = {"fail_after_tokens": cfg.engine.fail_after_tokens}
     return spec
@@ -163,12 +165,39 @@ def keys_runtime_env() -> dict[str, Any]:
     return {"runtime_env": {"env_vars": {"LLMFLEET_API_KEYS": text}}} if text else {}
 
 
+def code_digest() -> str:
+    """A digest of llmfleet's own source: an upgrade is a new version even with the same
+    config."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for pkg in ("contracts", "replicas", "router", "autoscaler", "cluster"):
+        for f in sorted((root / pkg).rglob("*.py")):
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def deployment_version(*parts: Any) -> str:
+    """Serve replaces a deployment's replicas only when its code version changes; without
+    one, every ``serve.run`` is a new random version and a mere replica-count change would roll
+    every replica (ingress included) and cut its streams. The version is what the replicas
+    are built from: their constructor arguments and the code."""
+    import hashlib
+    import json
+
+    text = json.dumps(parts, sort_keys=True, default=str) + code_digest()
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 # Ray annotates serve.deployment(cls, ...) as returning a decorator; it returns a Deployment.
 def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
     model_dir = str(resolve_model(cfg.model.path))
     gpu = on_gpu() and cfg.engine.type == "vllm"
     block = engine_block_size(cfg, gpu)
     r = cfg.replicas
+    spec = engine_spec(cfg, model_dir)
     replica = serve.deployment(LLMReplica, name=REPLICA_DEPLOYMENT).options(  # type: ignore[attr-defined]
         max_ongoing_requests=r.max_ongoing_requests,
         health_check_period_s=r.health_check_period_s,
@@ -199,8 +228,13 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
         },
     }
     ingress = serve.deployment(OpenAIIngress, name=INGRESS_DEPLOYMENT).options(  # type: ignore[attr-defined]
+        graceful_shutdown_timeout_s=r.drain_timeout_s,
         num_replicas=n_ingress,
         max_ongoing_requests=1000,
         ray_actor_options={"num_cpus": 0.5, **keys_runtime_env()},
     )
-    return ingress.bind(replica.bind(engine_spec(cfg, model_dir), enable_metrics), settings)
+    # Serve 2.60 refuses `version` in options() but still reads the attribute serve.run uses
+    # (a random string when unset): set it so a replica-count change is an in-place update.
+    replica._version = deployment_version(spec, enable_metrics, cfg.routing.model_dump())
+    ingress._version = deployment_version(settings, cfg.routing.model_dump())
+    return ingress.bind(replica.bind(spec, enable_metrics), settings)

@@ -179,6 +179,10 @@ class EngineConfig(_Strict):
     vllm: VLLMArgs = Field(default_factory=VLLMArgs, description="vLLM engine arguments.")
     sim: SimArgs = Field(default_factory=SimArgs, description="Simulated engine arguments.")
     null: NullArgs = Field(default_factory=NullArgs, description="Null engine arguments.")
+    fault_injection: bool = Field(
+        False,
+        description="Testing only: replicas accept inject_fault('hang') through their handle (chaos tests and benchmarks).",
+    )
     fail_after_tokens: int | None = Field(
         None,
         ge=0,

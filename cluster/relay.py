@@ -32,17 +32,20 @@ from typing import Any
 
 from cluster.breaker import CircuitBreaker
 from cluster.migration import DONE_EVENT, Rewriter, StreamLog, continuation, migratable
-from contracts.http import Accepted, APIError, ResponseHead
+from contracts.http import Accepted, APIError, ReplicaFailed, ResponseHead
 
 log = logging.getLogger("llmfleet.relay")
 RETRY_AFTER_S = 1
 
 
 def replica_died(err: BaseException) -> bool:
+    """The replica is gone or gave the request up (``ReplicaFailed``, e.g. a stalled engine):
+    another replica can run it."""
     from ray.exceptions import ActorUnavailableError, RayActorError
     from ray.serve.exceptions import ReplicaUnavailableError
 
-    return isinstance(err, RayActorError | ActorUnavailableError | ReplicaUnavailableError)
+    gone = RayActorError | ActorUnavailableError | ReplicaUnavailableError | ReplicaFailed
+    return isinstance(err, gone)
 
 
 def busy(message: str) -> APIError:

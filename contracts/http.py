@@ -51,6 +51,11 @@ class ResponseHead:
     replica_id: str = ""
 
 
+class ReplicaFailed(RuntimeError):
+    """The replica cannot finish this request but another one can (its engine stalled, it is
+    being replaced): the ingress resends or migrates it as if the replica had died."""
+
+
 class APIError(Exception):
     """An OpenAI-shaped error; ``status`` is the HTTP status."""
 

@@ -99,6 +99,16 @@ class LoopEngine:
     def __init__(self) -> None:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._hang = False
+
+    def hang(self) -> None:
+        """Fault injection (tests, chaos benchmarks): the loop stops stepping, as a stuck
+        engine core would, while the process and its event loop stay alive."""
+        self._hang = True
+
+    async def _maybe_hang(self) -> None:
+        if self._hang:
+            await asyncio.Event().wait()  # never set: only shutdown's cancel ends it
 
     async def _loop(self) -> None:
         raise NotImplementedError

@@ -161,6 +161,7 @@ class NullEngine(LoopEngine):
     async def _loop(self) -> None:
         deadline = time.monotonic()
         while True:
+            await self._maybe_hang()
             now = time.monotonic()
             self._admit(now)
             if not self._running:

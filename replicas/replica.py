@@ -20,15 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from contracts.http import Accepted, ForwardedRequest, ResponseHead
+from contracts.http import Accepted, ForwardedRequest, ReplicaFailed, ResponseHead
 from replicas.factory import build_engine
 from replicas.metrics import ReplicaMetrics
+from replicas.stall import StallWatch
 
 GAUGE_PERIOD_S = 1.0
+log = logging.getLogger("llmfleet.replica")
 
 
 class LLMReplica:
@@ -43,6 +47,10 @@ class LLMReplica:
             endpoint = settings["kv_events_endpoint"].format(replica_id=self.replica_id)
             engine_spec = {**engine_spec, "settings": {**settings, "kv_events_endpoint": endpoint}}
         self.engine = build_engine(engine_spec)
+        self._stall = StallWatch(float(engine_spec.get("stall_timeout_s", 30.0)))
+        self._stalled: str | None = None
+        self._fault_injection = bool(engine_spec.get("fault_injection", False))
+        self._handlers: set[asyncio.Task[Any]] = set()
         await self.engine.start()
         self._metrics = ReplicaMetrics() if enable_metrics else None
         self.frontend = await self._frontend(engine_spec.get("openai", {}))
@@ -76,6 +84,7 @@ class LLMReplica:
         while True:
             with contextlib.suppress(Exception):
                 stats = self.engine.stats()
+                self._watch(stats.ongoing, stats.steps)
                 if self._metrics is not None:
                     self._metrics.set_gauges(stats)
                 status = status or get_status_actor()
@@ -87,9 +96,44 @@ class LLMReplica:
         self, payload: dict[str, Any]
     ) -> AsyncIterator[Accepted | ResponseHead | bytes]:
         fwd: ForwardedRequest = payload["request"]
+        if self._stalled is not None:
+            raise ReplicaFailed(self._stalled)
         yield Accepted(self.replica_id)
-        async for item in self.frontend.handle(fwd):
-            yield item
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+        try:
+            async for item in self.frontend.handle(fwd):
+                yield item
+        except asyncio.CancelledError:
+            if self._stalled is not None:  # failed by the stall watch, not by the caller
+                raise ReplicaFailed(self._stalled) from None
+            raise
+        finally:
+            if task is not None:
+                self._handlers.discard(task)
+
+    def _watch(self, ongoing: float, steps: float) -> None:
+        """Past the stall timeout: fail what this replica holds and refuse new work."""
+        if self._stalled is not None:
+            return
+        if self._stall.stalled(ongoing, steps, time.monotonic()):
+            self._stalled = (
+                f"engine stalled: {int(ongoing)} requests unfinished and no step for "
+                f"{self._stall.timeout_s:.0f} s"
+            )
+            log.error("%s; failing its requests and the health check", self._stalled)
+            for task in list(self._handlers):
+                task.cancel()
+
+    async def inject_fault(self, kind: str) -> None:
+        """Testing only (``engine.fault_injection``): ``hang`` stops the engine's steps."""
+        if not self._fault_injection:
+            raise PermissionError("fault injection is off (engine.fault_injection)")
+        engine = getattr(self.engine, "inner", self.engine)
+        if kind != "hang" or not hasattr(engine, "hang"):
+            raise ValueError(f"fault {kind!r} is not supported by this engine")
+        engine.hang()
 
     async def abort(self, request_id: str) -> None:
         await self.engine.abort(request_id)
@@ -105,6 +149,10 @@ class LLMReplica:
 
     async def check_health(self) -> None:
         await self.engine.check_health()
+        stats = self.engine.stats()
+        self._watch(stats.ongoing, stats.steps)
+        if self._stalled is not None:
+            raise RuntimeError(self._stalled)
 
     async def __del__(self) -> None:
         self._report_task.cancel()

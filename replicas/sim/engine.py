@@ -134,6 +134,7 @@ class SimEngine(LoopEngine):
         core = self.core
         deadline = 0.0  # modelled end of the previous step; steps chain on it, so sleep
         while True:  # overshoot does not accumulate while the engine stays busy
+            await self._maybe_hang()
             if not core.scheduler.has_work():
                 self._wake.clear()
                 await self._wake.wait()
