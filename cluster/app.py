@@ -104,7 +104,15 @@ def router_options(cfg: FleetConfig, block_size: int) -> dict[str, Any]:
         kwargs: dict[str, Any] = {}
     else:
         cls_path = "router.serve_router:LLMFleetRequestRouter"
-        kwargs = {"policy": policy, "config": cfg.routing.params, "block_size": block_size}
+        from replicas.status_registry import ACTOR_NAME
+
+        kwargs = {
+            "policy": policy,
+            "config": cfg.routing.params,
+            "block_size": block_size,
+            "snapshot_store": ACTOR_NAME,
+            "snapshot_key": f"{APP_NAME}/{policy}",
+        }
         if policy == "prefix-precise":
             kwargs["kv_events_endpoint_template"] = KV_EVENTS_ENDPOINT
     options: dict[str, Any] = {  # Ray annotates **kwargs as dict values: pass them untyped

@@ -23,11 +23,18 @@ STALE_S = 30.0
 class FleetStatus:
     def __init__(self) -> None:
         self._replicas: dict[str, dict[str, Any]] = {}
+        self._snapshots: dict[str, bytes] = {}  # router state (prefix index), by router key
 
     def report(self, replica_id: str, stats: dict[str, float], pid: int = 0) -> None:
         # stats: ReplicaStats wire; pid: the replica's process (operators, chaos tests)
         row = {"replica": replica_id, "reported_at": time.time(), "pid": pid}
         self._replicas[replica_id] = {**row, **stats}
+
+    def put_snapshot(self, key: str, data: bytes) -> None:
+        self._snapshots[key] = data
+
+    def get_snapshot(self, key: str) -> bytes | None:
+        return self._snapshots.get(key)
 
     def forget(self, replica_id: str) -> None:
         self._replicas.pop(replica_id, None)
@@ -40,8 +47,16 @@ class FleetStatus:
 
 
 def ensure_status_actor() -> Any:
+    """Restarted by Ray whenever its process dies (``max_restarts=-1``); it holds only the
+    latest reports, which the replicas send again within a second, and the router
+    snapshots, which routers store again every ``SNAPSHOT_PERIOD_S``."""
     return FleetStatus.options(  # type: ignore[attr-defined]  # @ray.remote adds options()
-        name=ACTOR_NAME, namespace=NAMESPACE, get_if_exists=True, lifetime="detached"
+        name=ACTOR_NAME,
+        namespace=NAMESPACE,
+        get_if_exists=True,
+        lifetime="detached",
+        max_restarts=-1,
+        max_task_retries=-1,
     ).remote()
 
 

@@ -17,7 +17,8 @@ finishes; ``update_replicas`` with the full replica set on every change and
 - hooks become events for the book and the policy: ``on_request_routed`` → Routed,
   ``on_request_completed`` → Completed, ``on_replica_actor_died`` / a replica leaving
   ``update_replicas`` → ReplicaGone.
-Nothing blocks the event loop: the index lives in this process. With policy
+Nothing blocks the event loop: the index lives in this process; ``serve_snapshot.py`` stores
+it in the status actor every few seconds and restores it when a new router starts. With policy
 ``prefix-precise`` and ``kv_events_endpoint_template`` (e.g.
 ``"ipc:///tmp/llmfleet-kv-{replica_id}"``), one ZMQ subscriber per replica feeds KV events
 to the policy through ``loop.call_soon_threadsafe``.
@@ -43,6 +44,7 @@ from router.bookkeeping import FleetBook
 from router.kv_subscriber import KVEventSubscriber
 from router.registry import make_policy
 from router.scorers import queue_depth
+from router.serve_snapshot import IndexSnapshots
 from router.types import (
     Completed,
     KVBlocksStored,
@@ -111,8 +113,11 @@ class LLMFleetRequestRouter(RequestRouter):
         seed: int = 0,
         kv_events_endpoint_template: str | None = None,
         single_caller: bool = True,
+        snapshot_store: str | None = None,
+        snapshot_key: str = "router",
     ) -> None:
         self.policy_name = policy
+        self.snapshots = IndexSnapshots(snapshot_store, snapshot_key)
         self.policy: RoutingPolicy = make_policy(
             policy, seed=seed, block_size=block_size, config=config
         )
@@ -185,6 +190,8 @@ class LLMFleetRequestRouter(RequestRouter):
             return []
         if not self._state_ready():
             self.initialize_state()
+        if not self.snapshots.restored:
+            await self.snapshots.restore(self.policy)
         avoid = avoided_of(pending_request)
         if avoid:  # unless nothing else is left: a fleet of one still serves
             kept = [r for r in candidate_replicas if r.replica_id.unique_id not in avoid]
@@ -201,6 +208,7 @@ class LLMFleetRequestRouter(RequestRouter):
         self._count(decision.reason)
         if request is not None:
             self.book.decided(request.request_id, decision.replica_id, decision.matched_blocks, now)
+        self.snapshots.maybe_save(self.policy, now)
         return rank_tiers(decision, candidate_replicas)
 
     # ---- lifecycle hooks ------------------------------------------------------------
