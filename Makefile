@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 SRC := contracts replicas router autoscaler bench cluster experiments
 
-.PHONY: install model run test lint unit bench-overhead bench-fidelity bench-replicas bench-router bench-autoscale bench-batching bench-spec-decode bench-ceiling calibrate-sim clean
+.PHONY: install model run test lint unit bench-overhead bench-fidelity bench-replicas bench-router bench-autoscale bench-batching bench-spec-decode bench-ceiling bench-chaos calibrate-sim clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -66,6 +66,9 @@ bench-spec-decode: model
 bench-ceiling: model
 	$(PY) -m experiments.ceiling.ceiling --out results/ceiling.json
 	$(PY) -m experiments.ceiling.profile --out results/ceiling_profile.json
+
+bench-chaos: model
+	$(PY) -m experiments.chaos.chaos --out results/chaos.json
 
 calibrate-sim: model
 	$(PY) -m experiments.calibration.calibrate --out replicas/sim/cpu_fit.json
