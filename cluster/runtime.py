@@ -78,10 +78,27 @@ def http_options(cfg: FleetConfig) -> dict[str, Any]:
     return {"host": cfg.server.host, "port": port}
 
 
+def loopback_node(cfg: FleetConfig) -> None:
+    """Keep a loopback fleet's Ray node on loopback. Ray replaces a loopback
+    ``_node_ip_address`` by the machine's reachable address, and its metrics exporter (no
+    authentication, even with token auth) then listens on all interfaces. Ray keeps the
+    node on 127.0.0.1 where it does not support clusters; that switch, read at import and
+    by the node's processes from the environment, is what a single-machine fleet wants."""
+    from cluster.guard import is_loopback
+
+    if not is_loopback(cfg.server.host):
+        return
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
 def start_ray(cfg: FleetConfig) -> str:
     import ray
 
     base_env()
+    loopback_node(cfg)
     os.environ.update(direct_ingress_env(cfg))
     os.environ.update(throughput_env(cfg))
     ctx: Any = ray.init(  # a RayContext: address_info is not in its annotated base type
