@@ -35,8 +35,8 @@ def _connect(home: Path | None) -> subprocess.CompletedProcess[str]:
     if home is not None:
         env["HOME"] = str(home)  # no ~/.ray/auth_token there
     code = (
-        "import ray; ray.init(address=%r, log_to_driver=False); "
-        "print('CONNECTED', ray.cluster_resources().get('CPU'))" % gcs
+        f"import ray; ray.init(address={gcs!r}, log_to_driver=False); "
+        "print('CONNECTED', ray.cluster_resources().get('CPU'))"
     )
     return subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
