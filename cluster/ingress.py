@@ -110,6 +110,7 @@ class OpenAIIngress:
 
         self.limits = Limits(**settings["limits"])
         self.max_body = int(settings.get("max_body_bytes", 8 << 20))
+        self.max_headers = int(settings.get("max_header_bytes", 64 << 10))
         self.tokenizer = load_tokenizer(settings["tokenizer_path"])
         self.guard = Guard(settings.get("api_keys_file"), share=settings.get("quota_share", 1.0))
         relay = RelaySettings(
@@ -131,6 +132,13 @@ class OpenAIIngress:
         return self._health[1]
 
     def _auth(self, request: Request) -> Any:
+        size = sum(len(k) + len(v) for k, v in request.headers.raw)
+        if size > self.max_headers:
+            raise APIError(
+                431,
+                f"request headers are larger than {self.max_headers} bytes",
+                code="request_header_fields_too_large",
+            )
         return self.guard.authenticate(request.headers.get("authorization"), request.url.path)
 
     @app.get("/openapi.json", include_in_schema=False)

@@ -198,3 +198,15 @@ def test_errors_are_openai_shaped(guarded_app: None) -> None:
     )
     assert r.status_code == 400
     assert set(json.loads(r.text)["error"]) == {"message", "type", "param", "code"}
+
+
+def test_oversized_headers_are_refused(guarded_app: None) -> None:
+    headers = {**_auth("user"), "x-padding": "a" * (128 << 10)}
+    try:
+        r = httpx.post(
+            f"{TEST_URL}/v1/completions", json=_completion(), headers=headers, timeout=30
+        )
+    except httpx.RemoteProtocolError:  # the server may drop the connection instead
+        return
+    assert r.status_code == 431, r.status_code
+    assert r.json()["error"]["code"] == "request_header_fields_too_large"
