@@ -309,7 +309,9 @@ class ServerConfig(_Strict):
         8 * 1024 * 1024, ge=1024, description="Largest request body; larger ones get 413."
     )
     max_header_bytes: int = Field(
-        64 * 1024, ge=1024, description="Largest total size of a request's headers; larger gets 431."
+        64 * 1024,
+        ge=1024,
+        description="Largest total size of a request's headers; larger gets 431.",
     )
     admission_timeout_s: float = Field(
         10.0,
