@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from cluster.request_checks import check_body
 from contracts.http import APIError, ForwardedRequest, decode_json
 from router.ray_compat import RoutedPayload
 from router.types import RequestView
@@ -183,6 +184,7 @@ def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
     arrival = time.time()
     body = decode_json(raw)
     check_model(body, path, limits)
+    check_body(path, body)
     if path in GENERATE_PATHS:
         check_context(path, bounded_count(prompt_text(body), tokenizer, limits), limits)
     ids = routing_ids(path, body, tokenizer) if path in GENERATE_PATHS else []

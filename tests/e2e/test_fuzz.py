@@ -1,0 +1,189 @@
+"""Fuzzing the OpenAI routes against the real engine: schemathesis, from our OpenAPI document.
+
+Every POST operation gets ≥ ``MAX_EXAMPLES`` generated requests, positive (valid against
+vLLM's request schema) and negative (invalid on purpose), plus schemathesis's coverage cases
+(boundaries, missing and wrong-typed fields). Contract checked on every response: no status
+≥ 500, no ``server_error`` inside a 200 event stream, and every 4xx body OpenAI-shaped
+(``{"error": {"message", "type", ...}}``). Afterwards the fleet is healthy and the replica
+holds no request.
+
+Generation is kept cheap on the CPU engine (~20 ms per token): before a case is sent, an
+output budget it leaves open or sets within the fleet's cap is lowered to ``FEW_TOKENS``, and
+an accepted ``n``/``best_of`` to ``FEW_SEQS``. Values outside what the server accepts are
+sent as generated, so the negative cases still reach the validation they aim at.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.config import SchemathesisConfig
+from schemathesis.generation import GenerationMode
+
+from cluster.config import ModelConfig
+from tests.e2e.conftest import MODEL
+from tests.serve_fixtures import TEST_URL, post, replica_stats
+
+pytestmark = [pytest.mark.e2e]
+
+MAX_EXAMPLES = 500
+FEW_TOKENS = 1
+FEW_SEQS = 2
+MAX_TOKENS_CAP = ModelConfig.model_fields["max_tokens_cap"].default  # the test fleet's cap
+BUDGET_FIELDS = {
+    "/v1/chat/completions": ("max_tokens", "max_completion_tokens"),
+    "/v1/completions": ("max_tokens",),
+}
+MAX_SEQS = 16384  # vLLM's largest accepted `n` (VLLM_MAX_N_SEQUENCES)
+SEQ_FIELDS = ("n", "best_of")
+FUZZED = ("/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize")
+SENT: Counter[tuple[str, str]] = Counter()
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def cheapen(path: str, body: Any) -> None:
+    """Lower the cost of a generated body in place, keeping what validation would refuse."""
+    fields = BUDGET_FIELDS.get(path)
+    if not fields or not isinstance(body, dict):
+        return
+    if all(body.get(f) is None for f in fields):
+        body[fields[0]] = FEW_TOKENS
+    for field in fields:
+        v = body.get(field)
+        if _int(v) and FEW_TOKENS < v <= MAX_TOKENS_CAP:
+            body[field] = FEW_TOKENS
+    for field in SEQ_FIELDS:
+        v = body.get(field)
+        if _int(v) and FEW_SEQS < v <= MAX_SEQS:
+            body[field] = FEW_SEQS
+
+
+def fuzz_schema() -> Any:
+    """Our OpenAPI document, built in-process (``test_served_openapi_documents_the_bodies``
+    checks the ingress serves it), aimed at the test server. Built at import: schemathesis's
+    fixture-based loader does not run under pytest 9."""
+    from cluster.ingress import app
+    from cluster.openapi_spec import openapi_document, vllm_schemas
+
+    config = SchemathesisConfig()
+    project = config.projects.default
+    project.update(base_url=TEST_URL, request_timeout=60)
+    project.generation.update(modes=list(GenerationMode), max_examples=MAX_EXAMPLES)
+    project.phases.update(phases=["examples", "coverage", "fuzzing"])
+    bodies = vllm_schemas()
+    assert bodies is not None, "vLLM's request schemas are unavailable (is vLLM installed?)"
+    doc = openapi_document(app, MODEL, bodies)
+    return schemathesis.openapi.from_dict(doc, config=config).include(
+        method="POST", path=list(FUZZED)
+    )
+
+
+def check_response(case: Any, resp: Any) -> None:
+    """``resp`` is schemathesis's ``Response`` (``headers``: lower-case name -> values)."""
+    sent = json.dumps(case.body, default=str)[:2000] if case.body is not None else "<no body>"
+    where = f"{case.operation.label} {resp.status_code}: {resp.text[:500]}\nbody: {sent}"
+    assert resp.status_code < 500, where
+    media = (resp.headers.get("content-type") or [""])[0].split(";")[0]
+    if resp.status_code == 200 and media == "text/event-stream":
+        assert '"server_error"' not in resp.text, where
+    if 400 <= resp.status_code < 500:
+        err = resp.json().get("error")
+        assert isinstance(err, dict), where
+        assert isinstance(err.get("message"), str), where
+        assert isinstance(err.get("type"), str), where
+
+
+fuzz = fuzz_schema()
+
+
+@fuzz.parametrize()
+@settings(
+    deadline=None,
+    max_examples=MAX_EXAMPLES,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+    print_blob=True,
+)
+def test_fuzz_no_server_errors(case: Any, http: requests.Session, vllm_app: str) -> None:
+    meta = case.meta
+    mode = str(meta.generation.mode.value) if meta is not None else "explicit"
+    SENT[(case.operation.label, mode)] += 1
+    cheapen(case.operation.path, case.body)
+    check_response(case, case.call(session=http))
+
+
+@pytest.fixture(scope="module")
+def http() -> Any:
+    with requests.Session() as s:
+        yield s
+
+
+def test_fuzz_counts_and_fleet_is_idle(vllm_app: str) -> None:
+    """After the fuzz: enough cases of each kind were sent, and the fleet is healthy with no
+    engine slot held (running, waiting, or added and not finished)."""
+    if not SENT:
+        pytest.skip("the fuzz did not run in this session")
+    per_op = Counter[str]()
+    for (label, _), n in SENT.items():
+        per_op[label] += n
+    print("fuzz cases:", dict(SENT))
+    for path in FUZZED:
+        assert per_op[f"POST {path}"] >= MAX_EXAMPLES, dict(SENT)
+        assert SENT[(f"POST {path}", "negative")] > 0, dict(SENT)
+    assert httpx.get(f"{TEST_URL}/health", timeout=10).status_code == 200
+    deadline = time.monotonic() + 30
+    while True:
+        held = {k: s[k] for s in replica_stats() for k in ("running", "waiting", "ongoing") if s[k]}
+        if not held or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not held, held
+
+
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/completions", {"prompt": "hi"}),
+    ],
+)
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"stop": [""]},
+        {"stop": ""},
+        {"seed": 2**64},
+        {"seed": 2**63},
+        {"seed": -(2**63) - 1},
+        {"n": 10**9},
+    ],
+    ids=["stop-empty-item", "stop-empty", "seed-2^64", "seed-2^63", "seed-below-int64", "n-huge"],
+)
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_out_of_range_values_are_client_errors(
+    vllm_app: str, path: str, extra: dict[str, Any], bad: dict[str, Any], stream: bool
+) -> None:
+    r = post(path, {"model": vllm_app, "max_tokens": 2, "stream": stream, **extra, **bad})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error"
+    assert err["code"] == "invalid_value"
+
+
+def test_served_openapi_documents_the_bodies(vllm_app: str) -> None:
+    doc = httpx.get(f"{TEST_URL}/openapi.json", timeout=30).json()
+    for path in FUZZED:
+        op = doc["paths"][path]["post"]
+        assert op["requestBody"]["content"]["application/json"]["schema"], path
+        assert {"200", "400", "404", "413", "429", "503"} <= set(op["responses"]), path
