@@ -23,9 +23,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
+from starlette.exceptions import HTTPException
 
 from cluster.breaker import CircuitBreaker
 from cluster.guard import Guard, Pass, usage_tokens
+from cluster.openapi_spec import build_openapi
 from cluster.relay import Relay, RelaySettings, Started
 from cluster.request_prep import Limits, Prepared, prepare, resubmit
 from contracts.http import JSON, SSE, APIError
@@ -66,6 +68,14 @@ def _too_large(cap: int) -> APIError:
 @app.exception_handler(APIError)
 async def _api_error(_: Request, err: APIError) -> JSONResponse:
     return error_response(err)
+
+
+@app.exception_handler(HTTPException)
+async def _http_error(_: Request, err: HTTPException) -> JSONResponse:
+    """FastAPI's own 404 / 405 (no such path, wrong method), OpenAI-shaped."""
+    code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code)
+    headers = dict(err.headers or {})
+    return error_response(APIError(err.status_code, str(err.detail), code=code, headers=headers))
 
 
 @app.exception_handler(Exception)
@@ -144,7 +154,7 @@ class OpenAIIngress:
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi(self, request: Request) -> dict[str, Any]:
         self._auth(request)
-        return app.openapi()
+        return await asyncio.to_thread(build_openapi, app, self.limits.served_name)
 
     @app.get("/v1/models")
     async def models(self, request: Request) -> dict[str, Any]:
