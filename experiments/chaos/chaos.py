@@ -68,10 +68,10 @@ def plan(keys: list[str]) -> list[tuple[float, FaultRun]]:
     return [step for k in keys for step in steps[k]]
 
 
-def fleet_config(args: argparse.Namespace) -> dict[str, Any]:
+def fleet_config(args: argparse.Namespace, replicas: int = REPLICAS) -> dict[str, Any]:
     return {
         "engine": {"type": "sim", "sim": {"speed": args.speed}},
-        "replicas": {"num_replicas": REPLICAS, "num_cpus": 0.1, "max_ongoing_requests": 32},
+        "replicas": {"num_replicas": replicas, "num_cpus": 0.1, "max_ongoing_requests": 32},
         "routing": {"policy": "p2c", "stats_period_s": 0.2},
         "server": {
             "port": args.port,
@@ -79,24 +79,6 @@ def fleet_config(args: argparse.Namespace) -> dict[str, Any]:
             "ingress_replicas": INGRESSES,
         },
     }
-
-
-def deploy_scalable(cfg: Any) -> str:
-    """``cluster.runtime.deploy``, with Serve's external scaler on (a count-only scale)."""
-    from ray import serve
-
-    from cluster.app import APP_NAME, build_app
-    from cluster.runtime import check_deploy_exposure, http_options
-    from replicas.status_registry import ensure_status_actor
-
-    check_deploy_exposure(cfg)
-    ensure_status_actor()
-    serve.start(http_options=http_options(cfg))
-    serve.run(
-        build_app(cfg), name=APP_NAME, route_prefix="/", blocking=False,
-        external_scaler_enabled=True,
-    )  # fmt: skip
-    return f"http://{cfg.server.host}:{cfg.server.port}"
 
 
 def wait_full(timeout_s: float) -> None:
@@ -130,12 +112,33 @@ def busiest_replica(records: list[load.Record]) -> tuple[str | None, int]:
     return young.most_common(1)[0] if young else (None, 0)
 
 
-async def inject(f: FaultRun, rng: random.Random, records: list[load.Record]) -> float:
+def pids() -> dict[str, set[int]]:
+    return {
+        d: {p.pid for p in faults.node_processes(d)}
+        for d in (REPLICA_DEPLOYMENT, INGRESS_DEPLOYMENT)
+    }
+
+
+def redeploy(args: argparse.Namespace, replicas: int) -> None:
+    """``cluster.runtime.deploy`` of the same config with another replica count: Serve
+    updates it in place (the deployment versions do not change) and drains the removed."""
+    from cluster.config import parse_config
+    from cluster.runtime import deploy
+
+    deploy(parse_config(fleet_config(args, replicas)))
+
+
+async def inject(
+    f: FaultRun, rng: random.Random, records: list[load.Record], args: argparse.Namespace
+) -> float:
     """Makes the fault; returns its ``time.monotonic()``."""
     if f.kind == "scale":
-        await asyncio.to_thread(faults.scale, f.deployment, f.target)
-        f.detail = f"num_replicas → {f.target}"
-        return time.monotonic()
+        before = await asyncio.to_thread(pids)
+        at = time.monotonic()
+        await asyncio.to_thread(redeploy, args, f.target)
+        new = {d: len(p - before[d]) for d, p in (await asyncio.to_thread(pids)).items()}
+        f.detail = f"redeployed with num_replicas {f.target}; processes started: {new}"
+        return at
     prefer = None
     if f.kind == "kill-replica":
         rid, streams = busiest_replica(records)
@@ -174,7 +177,7 @@ async def run_faults(
             await asyncio.sleep(0.05)
         if loading.done():
             continue  # not run: the load ended first
-        f.at_s = await inject(f, rng, progress.records) - t0
+        f.at_s = await inject(f, rng, progress.records, args) - t0
         print(f"[{f.at_s:6.1f} s] {f.name}: {f.detail}", flush=True)
         f.serve_recover_s = await await_recovery(f, t0, args.recover_cap_s)
         print(f"[{time.monotonic() - t0:6.1f} s] {f.name}: Serve recovered after "
@@ -239,14 +242,14 @@ def main(argv: list[str] | None = None) -> int:
     args.faults = args.faults or ("kill1" if args.quick else ",".join(FAULTS))
     steps = plan([k for k in args.faults.split(",") if k])
     from cluster.config import parse_config
-    from cluster.runtime import start_ray, stop, wait_ready
+    from cluster.runtime import deploy, start_ray, stop, wait_ready
 
     cfg = parse_config(fleet_config(args))
     started = time.monotonic()
     load_before = os.getloadavg()
     start_ray(cfg)
     try:
-        url = deploy_scalable(cfg)
+        url = deploy(cfg)
         wait_ready(url, timeout_s=300)
         wait_full(180)
         warm_up(url, 4)

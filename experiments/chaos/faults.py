@@ -3,10 +3,9 @@
 - **Kill.** ``SIGKILL`` to one Serve replica process of *this* Ray node (found under its
   raylet; Ray titles workers ``ray::ServeReplica:<app>:<deployment>``), so other Ray
   clusters on the machine are never touched. The victim is picked by a seeded RNG.
-- **Scale.** A count-only change through Serve's external-scaler API (what the dashboard's
-  ``POST …/deployments/<name>/scale`` calls): replicas are added or drained, none restarted.
-  A redeploy would replace every replica and both ingresses (a new code version), which is
-  a rollout, not a scale-down.
+- **Scale.** ``cluster.runtime.deploy`` of the same config with another ``num_replicas``
+  (``chaos.py``): the deployment versions are unchanged, so Serve drains the removed
+  replicas in place and restarts nothing.
 - **Recovered (Serve).** The deployment is ``HEALTHY``, all its replicas ``RUNNING``, as many
   as targeted, and this node has exactly that many live processes of it (so a kill counts
   as recovered only once the replacement runs, not in the instant before Serve notices).
@@ -88,16 +87,6 @@ def replica_pids() -> dict[str, int]:
     actor = get_status_actor()
     rows = ray.get(actor.snapshot.remote(), timeout=10) if actor is not None else []
     return {str(r["replica"]): int(r.get("pid") or 0) for r in rows}
-
-
-def scale(deployment: str, n: int) -> None:
-    import ray
-    from ray.serve._private.common import DeploymentID
-    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
-
-    controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
-    dep = DeploymentID(name=deployment, app_name=APP_NAME)
-    ray.get(controller.update_deployment_replicas.remote(dep, n), timeout=30)
 
 
 @dataclass(frozen=True, slots=True)
