@@ -253,6 +253,7 @@ class OpenAIIngress:
                 body,
                 encode,
                 lambda cont, ids, _n: resubmit(prep, cont, ids, self.limits),
+                len(fwd.prompt_token_ids),
             ):
                 yield chunk
         finally:

@@ -75,6 +75,7 @@ class StreamLog:
     model: str | None = None
     finished: bool = False  # a finish_reason was streamed
     done: bool = False  # [DONE] was streamed
+    usage_seen: bool = False  # the usage chunk was streamed
 
     def add(self, chunk: bytes) -> None:
         self.pending.append(chunk)
@@ -101,6 +102,8 @@ class StreamLog:
         self.id = self.id or event.get("id")
         self.created = self.created or event.get("created")
         self.model = self.model or event.get("model")
+        if event.get("usage") and not event.get("choices"):
+            self.usage_seen = True
         for choice in event.get("choices") or ():
             if self.path == CHAT:
                 self.text += (choice.get("delta") or {}).get("content") or ""
@@ -140,6 +143,34 @@ def continuation(
     out["continue_final_message"] = True
     out["add_generation_prompt"] = False
     return out
+
+
+def closing_events(
+    path: str, body: dict[str, Any], log: StreamLog, prompt_tokens: int, emitted: int
+) -> bytes:
+    """How a stream ends when its replica died after the last token, or with no output
+    budget left to migrate: the finish chunk (``length``) if none was streamed, the usage
+    chunk if the client asked for one (the ingress's estimates), then ``[DONE]``."""
+    obj = "chat.completion.chunk" if path == CHAT else "text_completion"
+    head: dict[str, Any] = {"id": log.id, "object": obj, "created": log.created, "model": log.model}
+    out: list[dict[str, Any]] = []
+    if not log.finished:
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+        if path == CHAT:
+            choice["delta"] = {}
+        else:
+            choice["text"] = ""
+        out.append({**head, "choices": [choice]})
+    opts = body.get("stream_options")
+    if isinstance(opts, dict) and opts.get("include_usage") and not log.usage_seen:
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": emitted,
+            "total_tokens": prompt_tokens + emitted,
+        }
+        out.append({**head, "choices": [], "usage": usage})
+    events = [b"data: " + json.dumps(e, separators=(",", ":")).encode() + b"\n\n" for e in out]
+    return b"".join(events) + DONE_EVENT
 
 
 @dataclass

@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.breaker import CircuitBreaker
-from cluster.migration import DONE_EVENT, Rewriter, StreamLog, continuation, migratable
+from cluster.migration import (
+    DONE_EVENT,
+    Rewriter,
+    StreamLog,
+    closing_events,
+    continuation,
+    migratable,
+)
 from contracts.http import Accepted, APIError, ReplicaFailed, ResponseHead
 
 log = logging.getLogger("llmfleet.relay")
@@ -207,6 +214,7 @@ class Relay:
         body: dict[str, Any] | None,
         encode: Callable[[str], list[int]],
         resubmit: Resubmit,
+        prompt_tokens: int = 0,
     ) -> AsyncIterator[bytes]:
         """Relay a streamed answer; on a replica's death, migrate (or end in-band)."""
         slog = StreamLog(path) if body is not None and migratable(path, body) else None
@@ -234,15 +242,12 @@ class Relay:
                     slog.fold()
                     if slog.done:
                         return
-                    if slog.finished:
-                        yield DONE_EVENT
-                        return
                     assert body is not None
                     more_ids = encode(slog.text)
                     emitted = len(more_ids)
-                    cont = continuation(path, body, slog, more_ids)
-                    if cont is None:
-                        yield DONE_EVENT
+                    cont = None if slog.finished else continuation(path, body, slog, more_ids)
+                    if cont is None:  # nothing left to generate: end the stream properly
+                        yield closing_events(path, body, slog, prompt_tokens, emitted)
                         return
                     log.warning("replica %s died mid-stream; migrating", started.replica_id)
                     payload = resubmit(cont, more_ids, emitted)

@@ -107,3 +107,24 @@ def test_rewriter_keeps_one_stream_identity() -> None:
     out = json.loads(rw.events(_ev(usage))[6:])
     assert out["usage"] == {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}
     assert rw.events(b"data: [DONE]\n\n") == b"data: [DONE]\n\n"
+
+
+def test_closing_events_finish_and_usage_when_the_replica_died_at_the_end() -> None:
+    from cluster.migration import closing_events
+
+    log = StreamLog(CHAT)
+    log.add(_chat_chunk("all of it", "length"))
+    log.fold()
+    body = {"stream": True, "stream_options": {"include_usage": True}}
+    out = closing_events(CHAT, body, log, prompt_tokens=5, emitted=3)
+    events = [e for e in out.split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]"
+    usage = json.loads(events[0][6:])
+    assert usage["id"] == "chatcmpl-a"
+    assert usage["usage"] == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    # no budget left and no finish streamed yet: a finish chunk first, no usage unasked
+    log2 = StreamLog(COMPLETIONS)
+    out2 = closing_events(COMPLETIONS, {"stream": True}, log2, 5, 3)
+    first = json.loads(out2.split(b"\n\n")[0][6:])
+    assert first["choices"][0]["finish_reason"] == "length"
+    assert out2.endswith(b"data: [DONE]\n\n")
