@@ -1,0 +1,83 @@
+"""Component: a key's quota holds fleet-wide with two ingress replicas (each enforces half).
+
+Tolerance (``cluster/quotas.py``): the fleet never admits more than the limit; a client can
+be refused early by the imbalance of Serve's proxy spreading its requests over the ingress
+replicas, so fewer than the limit may pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cluster.keys import KeyLimits, add_key
+from tests.serve_fixtures import TEST_URL, delete_app, deploy_app, session_processes
+
+pytestmark = [pytest.mark.component]
+MODEL = "smollm2-135m-instruct"
+LIMIT = 10
+
+
+KEY_FILE: list[Path] = []
+
+
+@pytest.fixture(scope="module")
+def key(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    path = Path(tmp_path_factory.mktemp("keys")) / "keys.yaml"
+    KEY_FILE.append(path)
+    secret = add_key(path, "capped", limits=KeyLimits(requests_per_min=LIMIT))
+    deploy_app(
+        {
+            "engine": {"type": "null"},
+            "replicas": {"num_replicas": 2, "num_cpus": 0.1},
+            "routing": {"policy": "p2c"},
+            "server": {"api_keys_file": str(path)},
+        },
+        timeout_s=180,
+    )
+    yield secret
+    delete_app()
+
+
+def test_requests_per_minute_hold_across_two_ingress_replicas(key: str) -> None:
+    assert len(session_processes("OpenAIIngress")) == 2  # the default for this fleet
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+    codes = [
+        httpx.post(
+            f"{TEST_URL}/v1/completions",
+            json=body,
+            headers={"authorization": f"Bearer {key}"},
+            timeout=30,
+        ).status_code
+        for _ in range(3 * LIMIT)
+    ]
+    admitted = codes.count(200)
+    assert set(codes) <= {200, 429}
+    assert admitted <= LIMIT  # never above the limit, fleet-wide
+    assert admitted >= LIMIT // 2  # at least one ingress replica's whole share
+
+
+def test_a_key_added_while_serving_works_without_a_restart(key: str) -> None:
+    import time
+
+    fresh = add_key(KEY_FILE[0], "later")
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+    deadline = time.monotonic() + 10
+    codes = []
+    while time.monotonic() < deadline:  # every ingress replica re-reads within ~1 s
+        codes = [
+            httpx.post(
+                f"{TEST_URL}/v1/completions",
+                json=body,
+                headers={"authorization": f"Bearer {fresh}"},
+                timeout=30,
+            ).status_code
+            for _ in range(4)
+        ]
+        if codes == [200] * 4:
+            break
+        time.sleep(0.5)
+    assert codes == [200] * 4, codes
