@@ -194,6 +194,30 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def node_processes(name_part: str) -> list[Any]:
+    """Live processes of the Ray node this process started whose title contains
+    ``name_part`` (Ray titles workers ``ray::ServeReplica:<app>:<deployment>``); other Ray
+    clusters on the machine are not touched. For chaos tests and benchmarks."""
+    import psutil
+    import ray
+
+    node = ray._private.worker._global_node  # the head node this process started
+    if node is None:
+        raise RuntimeError("Ray is not started in this process")
+    out = []
+    for raylet in node.all_processes.get("raylet", []):
+        for child in psutil.Process(raylet.process.pid).children(recursive=True):
+            try:
+                if child.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                title = " ".join(child.cmdline()) or child.name()
+            except psutil.Error:
+                continue
+            if name_part in title:
+                out.append(child)
+    return out
+
+
 def kill_ray_session(session_dir: str) -> int:
     """Kill the Ray processes of one session (daemons carry the session name in their command
     line; workers are their descendants). Other Ray clusters on the machine are left alone."""

@@ -88,21 +88,7 @@ def post(path: str, body: Any, **kw: Any) -> httpx.Response:
 
 
 def session_processes(name_part: str) -> list[Any]:
-    """Processes of this test session's Ray node whose name contains ``name_part`` (Ray
-    titles workers ``ray::ServeReplica:<app>:<deployment>``); other clusters on the machine
-    are not touched."""
-    import psutil
-    import ray
+    """Processes of this test session's Ray node whose name contains ``name_part``."""
+    from cluster.runtime import node_processes
 
-    node = ray._private.worker._global_node  # the head node this session started
-    raylets = [p.process.pid for p in node.all_processes.get("raylet", [])]
-    out = []
-    for pid in raylets:
-        for child in psutil.Process(pid).children(recursive=True):
-            try:
-                title = " ".join(child.cmdline()) or child.name()
-            except psutil.Error:
-                continue
-            if name_part in title:
-                out.append(child)
-    return out
+    return node_processes(name_part)

@@ -48,22 +48,9 @@ def _node() -> Any:
 
 def node_processes(deployment: str) -> list[Any]:
     """Live processes of this Ray node whose title names ``deployment``."""
-    import psutil
+    from cluster.runtime import node_processes as named
 
-    node = _node()
-    title_part = f"ServeReplica:{APP_NAME}:{deployment}"
-    out = []
-    for raylet in node.all_processes.get("raylet", []):
-        for child in psutil.Process(raylet.process.pid).children(recursive=True):
-            try:
-                if child.status() == psutil.STATUS_ZOMBIE:
-                    continue
-                title = " ".join(child.cmdline()) or child.name()
-            except psutil.Error:
-                continue
-            if title_part in title:
-                out.append(child)
-    return out
+    return named(f"ServeReplica:{APP_NAME}:{deployment}")
 
 
 def kill_one(deployment: str, rng: random.Random, prefer: int | None = None) -> tuple[int, float]:

@@ -42,18 +42,16 @@ def key(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     delete_app()
 
 
+def _codes(secret: str, n: int) -> list[int]:
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+    auth = {"authorization": f"Bearer {secret}"}
+    url = f"{TEST_URL}/v1/completions"
+    return [httpx.post(url, json=body, headers=auth, timeout=30).status_code for _ in range(n)]
+
+
 def test_requests_per_minute_hold_across_two_ingress_replicas(key: str) -> None:
     assert len(session_processes("OpenAIIngress")) == 2  # the default for this fleet
-    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
-    codes = [
-        httpx.post(
-            f"{TEST_URL}/v1/completions",
-            json=body,
-            headers={"authorization": f"Bearer {key}"},
-            timeout=30,
-        ).status_code
-        for _ in range(3 * LIMIT)
-    ]
+    codes = _codes(key, 3 * LIMIT)
     admitted = codes.count(200)
     assert set(codes) <= {200, 429}
     assert admitted <= LIMIT  # never above the limit, fleet-wide
@@ -64,19 +62,10 @@ def test_a_key_added_while_serving_works_without_a_restart(key: str) -> None:
     import time
 
     fresh = add_key(KEY_FILE[0], "later")
-    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
     deadline = time.monotonic() + 10
     codes = []
     while time.monotonic() < deadline:  # every ingress replica re-reads within ~1 s
-        codes = [
-            httpx.post(
-                f"{TEST_URL}/v1/completions",
-                json=body,
-                headers={"authorization": f"Bearer {fresh}"},
-                timeout=30,
-            ).status_code
-            for _ in range(4)
-        ]
+        codes = _codes(fresh, 4)
         if codes == [200] * 4:
             break
         time.sleep(0.5)
