@@ -229,10 +229,10 @@ class OpenAIIngress:
             )
         try:
             data = await self.relay.collect(started)
-        finally:
-            self.guard.settle(grant, None)
-        if grant.ticket is not None:
-            self.guard.settle(grant, usage_tokens(data))
+        except BaseException:
+            self.guard.settle(grant, None)  # charged in full: the work may have been done
+            raise
+        self.guard.settle(grant, usage_tokens(data))  # unused output tokens refunded
         return Response(
             data,
             status_code=started.head.status,
