@@ -155,5 +155,11 @@ class LLMReplica:
             raise RuntimeError(self._stalled)
 
     async def __del__(self) -> None:
+        from replicas.status_registry import get_status_actor
+
         self._report_task.cancel()
+        with contextlib.suppress(Exception):  # its row would otherwise linger for STALE_S
+            status = get_status_actor()
+            if status is not None:
+                status.forget.remote(self.replica_id)
         await self.engine.shutdown()
