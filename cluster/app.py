@@ -11,7 +11,7 @@ from cluster.ingress import OpenAIIngress
 from cluster.placement import replica_resources
 from replicas.model_prep import resolve_model
 from replicas.replica import LLMReplica
-from replicas.vllm_engine import on_gpu
+from replicas.vllm_settings import on_gpu
 
 APP_NAME = "llmfleet"
 REPLICA_DEPLOYMENT = "LLMReplica"

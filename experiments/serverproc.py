@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from replicas.vllm_engine import VLLMSettings, cpu_env, on_gpu, server_argv
+from replicas.vllm_settings import VLLMSettings, cpu_env, on_gpu, server_argv
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout_s: float = 300.0) -> None:

@@ -31,7 +31,8 @@ def _build(spec: dict[str, Any]) -> Engine:
     kind = spec.get("type", "vllm")
     settings = dict(spec["settings"])
     if kind == "vllm":
-        from replicas.vllm_engine import VLLMEngine, VLLMSettings
+        from replicas.vllm_engine import VLLMEngine
+        from replicas.vllm_settings import VLLMSettings
 
         return VLLMEngine(VLLMSettings(**settings))
     if kind == "sim":

@@ -61,8 +61,8 @@ class LLMReplica:
 
         on_done = self._metrics.request_done if self._metrics else None
         if isinstance(self.engine, VLLMEngine):
-            from replicas.vllm_engine import on_gpu, openai_argv
             from replicas.vllm_openai import VLLMOpenAI
+            from replicas.vllm_settings import on_gpu, openai_argv
 
             self.engine.on_request_done = on_done
             argv = openai_argv(self.engine.settings, on_gpu(), openai)

@@ -88,7 +88,8 @@ async def _grid(eng: Any, seed: int) -> list[Sample]:
 
 async def real_phase(spec: HeldoutSpec, seed: int) -> dict[str, Any]:
     from replicas.model_prep import default_model_dir
-    from replicas.vllm_engine import VLLMEngine, VLLMSettings
+    from replicas.vllm_engine import VLLMEngine
+    from replicas.vllm_settings import VLLMSettings
 
     settings = VLLMSettings(
         model_path=str(default_model_dir()), kv_cache_gib=1, max_num_seqs=MAX_NUM_SEQS,

@@ -27,7 +27,7 @@ from bench import cli as bench_cli
 from experiments import proctree, serverproc
 from replicas.engine_args import check_engine_args
 from replicas.model_prep import DEFAULT_MODEL, default_model_dir, ensure_default_model
-from replicas.vllm_engine import VLLMSettings
+from replicas.vllm_settings import VLLMSettings
 
 VLLM_PORT, FLEET_PORT = 8011, 8012
 

@@ -17,7 +17,7 @@ from replicas.engine_args import (
     engine_args_argv,
     engine_kwargs_of,
 )
-from replicas.vllm_engine import VLLMSettings, engine_args, openai_argv
+from replicas.vllm_settings import VLLMSettings, engine_args, openai_argv
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
 

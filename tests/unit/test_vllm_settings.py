@@ -9,7 +9,7 @@ import pytest
 
 from cluster.app import engine_spec
 from cluster.config import VLLMArgs, parse_config
-from replicas.vllm_engine import VLLMSettings, engine_kwargs, server_argv
+from replicas.vllm_settings import VLLMSettings, engine_kwargs, server_argv
 
 
 def test_every_config_field_is_a_setting_the_engine_reads() -> None:
@@ -55,7 +55,7 @@ def test_openai_layer_flags_carry_the_model_section() -> None:
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    from replicas.vllm_engine import openai_argv
+    from replicas.vllm_settings import openai_argv
 
     cfg = parse_config({"model": {"tool_call_parser": "hermes", "tool_strict_level": "parameter"}})
     spec = engine_spec(cfg, "/models/m")
