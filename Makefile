@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 SRC := contracts replicas router autoscaler bench cluster experiments
 
-.PHONY: install model run test lint unit bench-overhead bench-fidelity bench-replicas bench-router bench-autoscale bench-batching bench-spec-decode bench-ceiling bench-chaos calibrate-sim clean
+.PHONY: install install-prometheus model run test lint unit bench-overhead bench-fidelity bench-replicas bench-router bench-autoscale bench-batching bench-spec-decode bench-ceiling bench-chaos calibrate-sim clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -19,6 +19,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Prometheus (Debian's package: the server and promtool) for the observability tests
+install-prometheus:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@# the package's own service is not used: tests start their servers on 127.0.0.1
 
 model: install
 	$(PY) -m replicas.model_prep
@@ -33,7 +40,7 @@ lint: install
 	$(VENV)/bin/mypy $(SRC)
 	$(VENV)/bin/mypy --strict contracts router autoscaler
 
-test: model lint
+test: model lint install-prometheus
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
 unit: install

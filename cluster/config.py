@@ -329,6 +329,48 @@ class ServerConfig(_Strict):
     )
 
 
+class SLOConfig(_Strict):
+    ttft_s: float = Field(
+        1.0,
+        gt=0,
+        description="A request's time to first token limit (arrival at the ingress to first token); must be a latency bucket boundary so attainment panels are exact.",
+    )
+    tpot_s: float = Field(
+        0.1,
+        gt=0,
+        description="A request's time per output token limit, (E2E - TTFT) / (tokens - 1); a bucket boundary too.",
+    )
+    latency_objective: float = Field(
+        0.95,
+        gt=0,
+        lt=1,
+        description="Share of requests that must meet each latency limit (TTFT and TPOT burn-rate alerts).",
+    )
+    availability_objective: float = Field(
+        0.999,
+        gt=0,
+        lt=1,
+        description="Share of requests that must not fail or be refused (availability burn-rate alerts).",
+    )
+    goodput_objective: float = Field(
+        0.9,
+        gt=0,
+        lt=1,
+        description="Share of requests that must be good (both limits met, no error): the goodput alert and the overview's target line.",
+    )
+
+    @field_validator("ttft_s", "tpot_s")
+    @classmethod
+    def _on_a_boundary(cls, v: float) -> float:
+        from contracts.metrics import LATENCY_BUCKETS_S
+
+        if v not in LATENCY_BUCKETS_S:
+            raise ValueError(
+                f"must be one of the latency bucket boundaries {list(LATENCY_BUCKETS_S)} (a threshold between boundaries cannot be measured exactly)"
+            )
+        return v
+
+
 class FleetConfig(_Strict):
     model: ModelConfig = Field(default_factory=ModelConfig, description="What to serve.")
     engine: EngineConfig = Field(
@@ -342,6 +384,10 @@ class FleetConfig(_Strict):
         default_factory=AutoscalingSection, description="Autoscaling."
     )
     server: ServerConfig = Field(default_factory=ServerConfig, description="Ray and HTTP settings.")
+    slo: SLOConfig = Field(
+        default_factory=SLOConfig,
+        description="Per-request service-level objectives: live goodput, dashboards and alerts.",
+    )
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
