@@ -228,6 +228,8 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
         "max_header_bytes": srv.max_header_bytes,
         "api_keys_file": srv.api_keys_file,
         "quota_share": 1.0 / n_ingress,
+        "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s},
+        "edge_metrics": enable_metrics,
         "limits": {
             "served_name": cfg.model.served_name,
             "max_model_len": cfg.model.max_model_len,

@@ -26,10 +26,11 @@ from ray import serve
 from starlette.exceptions import HTTPException
 
 from cluster.breaker import CircuitBreaker
+from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage
 from cluster.guard import Guard, Pass, usage_tokens
 from cluster.openapi_spec import build_openapi
 from cluster.relay import Relay, RelaySettings, Started
-from cluster.request_prep import Limits, Prepared, prepare, resubmit
+from cluster.request_prep import GENERATE_PATHS, Limits, Prepared, prepare, resubmit
 from contracts.http import JSON, SSE, APIError
 from replicas.status_registry import fleet_snapshot
 
@@ -130,6 +131,12 @@ class OpenAIIngress:
             max_queued=int(settings.get("max_queued_requests", 64)),
         )
         self.relay = Relay(replicas, relay, CircuitBreaker(), self._fleet_healthy)
+        slo = settings.get("slo", {"ttft_s": 1.0, "tpot_s": 0.1})
+        self.edge = (
+            EdgeMetrics(self.limits.served_name, slo["ttft_s"], slo["tpot_s"])
+            if settings.get("edge_metrics", True)
+            else None
+        )
         self._health: tuple[float, bool | None] = (0.0, None)
 
     async def _fleet_healthy(self) -> bool | None:
@@ -204,6 +211,24 @@ class OpenAIIngress:
         return await self._forward(request, "/detokenize")
 
     async def _forward(self, request: Request, path: str) -> Response:
+        """One request on a forwarded route; model routes are measured (``edge_metrics.py``):
+        a refusal or failure here is recorded now, an answer when its last byte is sent."""
+        if self.edge is None or path not in GENERATE_PATHS:
+            return await self._relay(request, path, None)
+        rec = EdgeRecord(time.monotonic())
+        try:
+            return await self._relay(request, path, rec)
+        except APIError as err:
+            rec.status = err.status
+            self.edge.finish(rec)
+            raise
+        except BaseException as err:
+            rec.status = 500
+            rec.cancelled = isinstance(err, asyncio.CancelledError)
+            self.edge.finish(rec)
+            raise
+
+    async def _relay(self, request: Request, path: str, rec: EdgeRecord | None) -> Response:
         key = self._auth(request)
         self.relay.check_room()  # shed before reading or tokenizing anything
         raw = await read_body(request, self.max_body)
@@ -220,9 +245,12 @@ class OpenAIIngress:
             self.guard.settle(grant, 0)
             raise
         headers = {REPLICA_HEADER: started.replica_id, **(grant.headers or {})}
+        if rec is not None:
+            rec.accepted_at = started.accepted_at
+            rec.status = started.head.status
         if started.head.media_type == SSE:
             return StreamingResponse(
-                self._stream(started, prep, grant),
+                self._stream(started, prep, grant, rec),
                 status_code=started.head.status,
                 media_type=SSE,
                 headers=headers,
@@ -233,6 +261,9 @@ class OpenAIIngress:
             self.guard.settle(grant, None)  # charged in full: the work may have been done
             raise
         self.guard.settle(grant, usage_tokens(data))  # unused output tokens refunded
+        if rec is not None and self.edge is not None:
+            rec.prompt_tokens, rec.output_tokens = body_usage(data) or (0, 0)
+            self.edge.finish(rec)
         return Response(
             data,
             status_code=started.head.status,
@@ -240,12 +271,16 @@ class OpenAIIngress:
             headers=headers,
         )
 
-    async def _stream(self, started: Started, prep: Prepared, grant: Pass) -> AsyncIterator[bytes]:
+    async def _stream(
+        self, started: Started, prep: Prepared, grant: Pass, rec: EdgeRecord | None
+    ) -> AsyncIterator[bytes]:
         import json
 
         fwd = prep.payload["request"]
         body = json.loads(fwd.body) if self.relay.s.migrate_attempts else None
         encode = lambda text: list(self.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
+        meter = StreamMeter(rec, prep.usage_injected) if rec is not None else None
+        done = False
         try:
             async for chunk in self.relay.stream(
                 started,
@@ -255,6 +290,17 @@ class OpenAIIngress:
                 lambda cont, ids, _n: resubmit(prep, cont, ids, self.limits),
                 len(fwd.prompt_token_ids),
             ):
+                if meter is not None:
+                    chunk = meter.feed(chunk)
+                    if not chunk:
+                        continue
                 yield chunk
+            done = True
         finally:
-            self.guard.settle(grant, None)
+            used = rec.prompt_tokens + rec.output_tokens if rec and rec.output_tokens else None
+            self.guard.settle(grant, used)  # streams too: unused output tokens refunded
+            if rec is not None and self.edge is not None:
+                rec.streamed = True
+                rec.failed = started.failed
+                rec.cancelled = not done
+                self.edge.finish(rec)

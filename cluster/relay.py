@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +102,8 @@ class Started:
     head: ResponseHead
     replica_id: str
     failed_on: set[str] = field(default_factory=set)
+    accepted_at: float = 0.0  # time.monotonic() when the replica took it
+    failed: bool = False  # the stream ended with an in-band error
 
 
 # (continuation body, token ids of the text already streamed, their count) -> payload
@@ -140,10 +143,12 @@ class Relay:
             payload["avoid"] = frozenset(failed_on | self.breaker.avoid())
             call = self.handle.options(stream=True).handle.remote(payload)
             rid = ""
+            accepted_at = 0.0
             try:
                 self.waiting += 1
                 try:
                     rid = await self._admit(call)
+                    accepted_at = time.monotonic()
                 finally:
                     self.waiting -= 1
                 async with asyncio.timeout(self.s.request_timeout_s):
@@ -175,7 +180,7 @@ class Relay:
             assert isinstance(head, ResponseHead)
             if head.status >= 500:
                 self.breaker.failure(rid)
-            return Started(call, head, rid, failed_on)
+            return Started(call, head, rid, failed_on, accepted_at)
 
     async def _admit(self, call: Any) -> str:
         try:
@@ -217,6 +222,7 @@ class Relay:
         prompt_tokens: int = 0,
     ) -> AsyncIterator[bytes]:
         """Relay a streamed answer; on a replica's death, migrate (or end in-band)."""
+        origin = started
         slog = StreamLog(path) if body is not None and migratable(path, body) else None
         rewriter: Rewriter | None = None
         budget = self.s.migrate_attempts
@@ -258,6 +264,7 @@ class Relay:
                     rewriter = Rewriter(path, slog, emitted)
         except Exception as err:  # mid-stream failure: tell the client in-band, then end
             self.counters.failed += 1
+            origin.failed = True
             log.warning("stream failed: %r", err)
             yield sse_error("generation failed mid-stream", "stream_error")
         finally:

@@ -52,6 +52,7 @@ class Prepared:
     stream: bool
     view: RequestView
     payload: dict[str, Any]  # RoutedPayload(request=ForwardedRequest, view=RequestView)
+    usage_injected: bool = False  # the ingress asked for the usage event (edge_metrics.py)
 
 
 def check_model(body: dict[str, Any], path: str, limits: Limits) -> None:
@@ -202,6 +203,7 @@ def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
         session_id=user if isinstance(user, str) else None,
     )
     stream = body.get("stream") is True
+    injected = stream and ask_usage(path, body)
     fwd = ForwardedRequest(
         path=path,
         body=json.dumps(body, separators=(",", ":")).encode(),
@@ -210,7 +212,30 @@ def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
         stream=stream,
         arrival_time=arrival,
     )
-    return Prepared(rid, stream, view, RoutedPayload(request=fwd, view=view))
+    return Prepared(rid, stream, view, RoutedPayload(request=fwd, view=view), injected)
+
+
+USAGE_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+
+def ask_usage(path: str, body: dict[str, Any]) -> bool:
+    """A streamed chat/completion that did not ask for the final usage event gets it asked
+    for (the edge metrics read the engine's token counts from it and remove it before the
+    client sees it). True when the body was changed."""
+    if path not in USAGE_PATHS:
+        return False
+    opts = body.get("stream_options")
+    if opts is None:
+        body["stream_options"] = {"include_usage": True}
+        return True
+    if isinstance(opts, dict) and opts.get("include_usage") is not True:
+        if opts.get("continuous_usage_stats") or not isinstance(
+            opts.get("include_usage", False), bool
+        ):
+            return False  # usage on every chunk would change the answer; or invalid
+        body["stream_options"] = {**opts, "include_usage": True}
+        return True
+    return False
 
 
 def resubmit(prev: Prepared, body: dict[str, Any], more_ids: list[int], limits: Limits) -> Any:

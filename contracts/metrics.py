@@ -24,13 +24,14 @@ Naming and labels
 
 Outcomes (``REQUESTS`` at the edge; one per request that reached the model route)
 - ``good``: answered, TTFT ≤ ``slo.ttft_s`` and TPOT ≤ ``slo.tpot_s`` (a one-token answer
-  has no TPOT; a non-streamed answer's first token is not seen at the edge, so its TTFT is
-  its E2E minus (output tokens − 1) × TPOT budget: it is judged on E2E against the budget
-  the two limits give).
+  has no TPOT). A non-streamed answer's first token is not seen at the edge: it is judged on
+  its E2E against the budget the two limits give, ``ttft_s + (tokens − 1) × tpot_s``, and
+  a miss counts as ``slow_ttft``.
 - ``slow_ttft``: answered, TTFT over its limit (checked first); ``slow_tpot``: TPOT over.
 - ``error``: the fleet failed it (5xx, a stream that ended with an in-band error).
 - ``rejected``: the fleet refused it before any work (429 overload or quota, 503).
-- ``invalid``: the client's own mistake (other 4xx). Not counted against the SLO.
+- ``invalid``: the client's own mistake (other 4xx); ``cancelled``: the client went away
+  before the end. Neither counts for or against the SLO.
 
 Goodput ratio = good / (good + slow_ttft + slow_tpot + error + rejected).
 """
@@ -45,7 +46,7 @@ PROM_PREFIX = "ray_"
 Kind = Literal["counter", "gauge", "histogram"]
 Source = Literal["edge", "engine", "router", "autoscaler"]
 
-OUTCOMES = ("good", "slow_ttft", "slow_tpot", "error", "rejected", "invalid")
+OUTCOMES = ("good", "slow_ttft", "slow_tpot", "error", "rejected", "invalid", "cancelled")
 SLO_OUTCOMES = ("good", "slow_ttft", "slow_tpot", "error", "rejected")  # the goodput denominator
 
 # Latency buckets (seconds). Every SLO threshold a user may pick is a boundary, so an
@@ -137,7 +138,7 @@ ROUTER_QUEUE = _h(
     "llmfleet_router_queue_seconds",
     "edge",
     "Arrival at the ingress to a replica accepting the request (waiting at the router for "
-    "a free slot). Also observed for requests refused after waiting.",
+    "a free slot; includes reading and preparing the request).",
 )
 REQUESTS = Metric(
     "llmfleet_requests",
@@ -145,7 +146,7 @@ REQUESTS = Metric(
     "edge",
     "requests",
     "Requests by outcome against the model's SLO: good, slow_ttft, slow_tpot, error, "
-    "rejected, invalid (live goodput).",
+    "rejected, invalid, cancelled (live goodput).",
     ("model", "outcome"),
 )
 REQUEST_PROMPT_TOKENS = Metric(
@@ -161,7 +162,7 @@ REQUEST_OUTPUT_TOKENS = Metric(
     "counter",
     "edge",
     "tokens",
-    "Output tokens of answered requests by outcome (good tok/s = outcome=\"good\").",
+    'Output tokens of answered requests by outcome (good tok/s = outcome="good").',
     ("model", "outcome"),
 )
 
@@ -181,9 +182,7 @@ ENGINE_PREFILL = _h(
     "engine",
     "First scheduling to first token (prefill, all chunks).",
 )
-ENGINE_E2E = _h(
-    "llmfleet_engine_e2e_seconds", "engine", "Engine arrival to the request's end."
-)
+ENGINE_E2E = _h("llmfleet_engine_e2e_seconds", "engine", "Engine arrival to the request's end.")
 ENGINE_ITL = _h(
     "llmfleet_engine_itl_seconds",
     "engine",
@@ -239,7 +238,12 @@ PREEMPTIONS = Metric(
     ("model",),
 )
 WAITING = Metric(
-    "llmfleet_waiting_requests", "gauge", "engine", "requests", "Requests queued in the engine.", ("model",)
+    "llmfleet_waiting_requests",
+    "gauge",
+    "engine",
+    "requests",
+    "Requests queued in the engine.",
+    ("model",),
 )
 RUNNING = Metric(
     "llmfleet_running_requests",
@@ -266,7 +270,12 @@ QUEUE_DELAY = Metric(
     ("model",),
 )
 KV_USAGE = Metric(
-    "llmfleet_kv_usage_ratio", "gauge", "engine", "ratio", "KV-cache blocks in use, 0..1.", ("model",)
+    "llmfleet_kv_usage_ratio",
+    "gauge",
+    "engine",
+    "ratio",
+    "KV-cache blocks in use, 0..1.",
+    ("model",),
 )
 REPLICA_HEALTHY = Metric(
     "llmfleet_replica_healthy",
@@ -402,8 +411,11 @@ def classify(
     ttft_slo_s: float,
     tpot_slo_s: float,
     failed: bool = False,
+    cancelled: bool = False,
 ) -> str:
     """One request's outcome (see the module header). ``ttft_s`` None: not streamed."""
+    if cancelled and not failed:
+        return "cancelled"
     if status in (429, 503):
         return "rejected"
     if 400 <= status < 500:

@@ -56,6 +56,7 @@ class Delta:
     prompt_tokens: int = 0  # set on every delta: the engine's own prompt length
     completion_tokens: int = 0  # cumulative output tokens so far
     cached_tokens: int = 0  # prompt tokens served from the prefix cache (when known)
+    queue_s: float | None = None  # engine arrival to first scheduling, once scheduled
 
 
 def take_merged(queue: asyncio.Queue[Delta], first: Delta) -> Delta:
@@ -87,6 +88,7 @@ class RequestDone:
     prompt_tokens: int
     output_tokens: int
     finish_reason: str
+    queue_s: float | None = None  # engine arrival to first scheduling (when the engine says)
 
 
 class LoopEngine:

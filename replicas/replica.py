@@ -52,7 +52,8 @@ class LLMReplica:
         self._fault_injection = bool(engine_spec.get("fault_injection", False))
         self._handlers: set[asyncio.Task[Any]] = set()
         await self.engine.start()
-        self._metrics = ReplicaMetrics() if enable_metrics else None
+        served = str(engine_spec.get("openai", {}).get("served_name", ""))
+        self._metrics = ReplicaMetrics(served) if enable_metrics else None
         self.frontend = await self._frontend(engine_spec.get("openai", {}))
         self._report_task = asyncio.get_running_loop().create_task(self._report_loop())
 
@@ -71,7 +72,7 @@ class LLMReplica:
             return front
         from replicas.openai_lite.frontend import LiteOpenAI
 
-        itl = self._metrics.itl.observe if self._metrics else None
+        itl = self._metrics.itl if self._metrics else None
         return LiteOpenAI(
             self.engine, str(openai.get("served_name", "")), self.replica_id, on_done, itl
         )
@@ -86,7 +87,7 @@ class LLMReplica:
                 stats = self.engine.stats()
                 self._watch(stats.ongoing, stats.steps)
                 if self._metrics is not None:
-                    self._metrics.set_gauges(stats)
+                    self._metrics.set_gauges(stats, healthy=self._stalled is None)
                 status = status or get_status_actor()
                 if status is not None:
                     status.report.remote(replica_id, stats.to_wire(), os.getpid())

@@ -144,6 +144,7 @@ class VLLMEngine:
         self._tracker.on_request_added(rid, plen, start)
         self._view.backlog.add(rid, plen)
         produced, first, reason = 0, 0.0, None
+        queue_s: float | None = None
         try:
             async for out in self._llm.generate(prompt, params, rid, **kwargs):
                 n = 0
@@ -156,6 +157,7 @@ class VLLMEngine:
                         first = mono
                         plen = plen or len(out.prompt_token_ids or ())
                         cached = int(out.num_cached_tokens or 0)
+                        queue_s = _queue_s(out)
                         self._view.backlog.on_first_token(rid, cached)
                         self._tracker.on_first_token(rid, cached, mono)
                     self._tracker.on_output_tokens(n, mono)
@@ -167,7 +169,7 @@ class VLLMEngine:
             self._tracker.on_finished(rid, end)
             if self.on_request_done is not None:
                 ttft = first - start if produced else None
-                done = RequestDone(ttft, end - start, plen, produced, reason or "abort")
+                done = RequestDone(ttft, end - start, plen, produced, reason or "abort", queue_s)
                 self.on_request_done(done)
 
     def _sampling(self, req: GenerateRequest) -> Any:
@@ -279,3 +281,12 @@ class VLLMEngine:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
+
+
+def _queue_s(out: Any) -> float | None:
+    """Queued to first scheduled, from the engine core's own timestamps (present when vLLM
+    keeps request stats)."""
+    stats = getattr(out, "metrics", None)
+    queued = getattr(stats, "queued_ts", 0.0) or 0.0
+    scheduled = getattr(stats, "scheduled_ts", 0.0) or 0.0
+    return scheduled - queued if queued > 0 and scheduled >= queued else None

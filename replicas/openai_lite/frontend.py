@@ -79,7 +79,8 @@ class LiteOpenAI:
                 p, c, _ = _counts(last)
                 reason = (last.finish_reason if last else None) or "abort"
                 ttft = first - start if first is not None else None
-                self.on_done(RequestDone(ttft, time.monotonic() - start, p, c, reason))
+                queue = last.queue_s if last is not None else None
+                self.on_done(RequestDone(ttft, time.monotonic() - start, p, c, reason, queue))
 
     def _request(self, fwd: ForwardedRequest) -> tuple[Any, GenerateRequest]:
         model = PATHS.get(fwd.path)

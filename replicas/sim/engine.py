@@ -128,6 +128,7 @@ class SimEngine(LoopEngine):
             request_id=req.request_id, token_ids=ids, text=self._text(ids) if ids else "", token_times=times,
             finish_reason=finish, prompt_tokens=req.prompt_len,
             completion_tokens=req.num_output, cached_tokens=req.cached_tokens,
+            queue_s=None if req.first_scheduled is None else req.first_scheduled - req.arrival,
         )  # fmt: skip
 
     async def _loop(self) -> None:
