@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 SRC := contracts replicas router autoscaler bench cluster experiments
 
-.PHONY: install install-prometheus model run test lint unit bench-overhead bench-fidelity bench-replicas bench-router bench-autoscale bench-batching bench-spec-decode bench-ceiling bench-chaos calibrate-sim clean
+.PHONY: install install-prometheus model run test lint unit bench-overhead bench-fidelity bench-replicas bench-router bench-autoscale bench-batching bench-spec-decode bench-ceiling bench-chaos report-demo calibrate-sim clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -39,6 +39,7 @@ lint: install
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy $(SRC)
 	$(VENV)/bin/mypy --strict contracts router autoscaler
+	$(PY) -m cluster.observe.render --check  # dashboards/ is what the code generates
 
 test: model lint install-prometheus
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
@@ -76,6 +77,9 @@ bench-ceiling: model
 
 bench-chaos: model
 	$(PY) -m experiments.chaos.chaos --out results/chaos.json
+
+report-demo: model install-prometheus
+	$(PY) -m experiments.observe.demo --out results/report $(ARGS)
 
 calibrate-sim: model
 	$(PY) -m experiments.calibration.calibrate --out replicas/sim/cpu_fit.json
