@@ -1,4 +1,5 @@
-"""The ``llmfleet`` command: up, status, down, bench, sim, keys, prepare-model."""
+"""The ``llmfleet`` command: up, status, down, bench, sim, keys, prepare-model, dashboards,
+report."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cluster.config import ConfigError, FleetConfig, load_config
@@ -187,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     _add_sim(sub)
     _add_keys(sub)
+    _add_observe(sub)
     return parser
 
 
@@ -278,6 +281,63 @@ def _add_keys(sub: Any) -> None:
     rm = ksub.add_parser("remove", parents=[where], help="delete a key")
     rm.add_argument("name")
     p.set_defaults(func=cmd_keys)
+
+
+# ---- observability: `dashboards render|push`, `report` (cluster/observe/) ----------------
+def _dashboards_dir() -> Path:
+    """The checkout's dashboards/ when run from one (an editable install), else ./dashboards."""
+    from cluster.observe.render import DEFAULT_DIR
+
+    root = DEFAULT_DIR.parent
+    if (root / "pyproject.toml").exists() and (root / "cluster").is_dir():
+        return DEFAULT_DIR
+    return Path("dashboards")
+
+
+def cmd_dashboards_render(args: argparse.Namespace) -> int:
+    from cluster.observe import render
+
+    try:
+        cfg = load_config(args.config)
+        if args.check:
+            bad = render.stale(cfg, args.out)
+            if bad:
+                print(
+                    f"llmfleet: generated observability files in {args.out} are stale: "
+                    f"{', '.join(bad)}; run: llmfleet dashboards render",
+                    file=sys.stderr,
+                )
+                return 1
+            print(f"llmfleet: {args.out} is fresh")
+            return 0
+        for path in render.render(cfg, args.out):
+            print(path)
+    except ConfigError as err:
+        print(f"llmfleet: {err}", file=sys.stderr)
+        return 2
+    except (ImportError, OSError) as err:  # a generator module missing; an unwritable dir
+        print(f"llmfleet: dashboards render: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _add_observe(sub: Any) -> None:
+    from cluster.observe import push, report
+
+    default_dir = _dashboards_dir()
+    p = sub.add_parser("dashboards", help="Grafana dashboards, alert rules, scrape config")
+    dsub = p.add_subparsers(dest="dashboards_command", required=True)
+    r = dsub.add_parser("render", help="generate them from the catalogue and the config")
+    r.add_argument("--config", default=None, help="YAML config file (default: built-in)")
+    r.add_argument("--out", type=Path, default=default_dir, help=f"default: {default_dir}")
+    r.add_argument("--check", action="store_true", help="fail if the files there are stale")
+    r.set_defaults(func=cmd_dashboards_render)
+    r = dsub.add_parser("push", help="upload the dashboards to Grafana (token auth)")
+    push.add_arguments(r, default_dir=default_dir)
+    r.set_defaults(func=push.run)
+    p = sub.add_parser("report", help="SLA panels of a time window from Prometheus: PNG + HTML")
+    report.add_arguments(p)
+    p.set_defaults(func=report.run)
 
 
 def main(argv: list[str] | None = None) -> int:
