@@ -7,9 +7,12 @@
             OUT/<panel>.png, OUT/report.png (grid), OUT/report.html, OUT/report.json
 
 Knobs: ``--since`` (window, ending now), ``--step`` (``auto``: about 200 points, never finer
-than the scrape interval). Each panel's rate window is max(4 × scrape interval, step) — a
-rate needs several samples and must not skip any between steps; the scrape interval is read
-from the server's ``/api/v1/status/config`` (15 s when it cannot be read; ``prom_client.py``).
+than the scrape interval), ``--rate-window`` (``auto``: max(4 × scrape interval, step,
+2 × 10 s)). A rate needs several samples and must not skip any between steps; and Ray's
+processes hand their metrics to the node's exporter every ``metrics_report_interval_ms``
+(10 s by default), so counters move in 10 s steps whatever the scrape interval — a shorter
+window draws zeros and spikes. The scrape interval is read from the server's
+``/api/v1/status/config`` (15 s when it cannot be read; ``prom_client.py``).
 
 Percentiles come from ``histogram_quantile`` over buckets summed across replicas, never from
 averaging per-replica percentiles; the summary's quantiles use ``increase`` over the whole
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
     from cluster.config import SLOConfig
 
 AUTO_POINTS = 200
+RAY_EXPORT_S = 10.0  # Ray's default metrics_report_interval_ms
 
 
 # ---- PromQL ---------------------------------------------------------------------------
@@ -176,6 +180,7 @@ class Window:
     seconds: float
     step_s: float
     scrape_s: float
+    rate_s: float | None = None  # None: auto
 
     @property
     def start(self) -> float:
@@ -183,7 +188,7 @@ class Window:
 
     @property
     def rate_window_s(self) -> float:
-        return max(4 * self.scrape_s, self.step_s)
+        return self.rate_s or max(4 * self.scrape_s, self.step_s, 2 * RAY_EXPORT_S)
 
 
 def build(api: PromAPI, slo: SLOConfig, win: Window, out: Path) -> dict[str, Any]:
@@ -234,6 +239,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--out", type=Path, default=Path("report"), help="output directory (default: ./report)")
     a("--config", default=None, help="llmfleet YAML for the slo section (default: built-in)")
     a("--step", type=_step_arg, default=None, help="graph step, e.g. 15s (default: auto)")
+    a(
+        "--rate-window",
+        type=_step_arg,
+        default=None,
+        help="window of each rate() on the graphs, e.g. 1m (default: auto)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -248,7 +259,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         scrape_s = api.scrape_interval()
         step_s = args.step or auto_step(args.since, scrape_s)
-        build(api, cfg.slo, Window(time.time(), args.since, step_s, scrape_s), args.out)
+        win = Window(time.time(), args.since, step_s, scrape_s, args.rate_window)
+        build(api, cfg.slo, win, args.out)
     except PromError as err:
         print(f"llmfleet: {err}", file=sys.stderr)
         return 1

@@ -65,6 +65,7 @@ def test_render_defaults_to_the_checkouts_dashboards_dir() -> None:
         (["report", "--prometheus", "http://p", "--since", "soon"], "not a duration"),
         (["report", "--prometheus", "http://p", "--since", "0s"], "positive"),
         (["report", "--prometheus", "http://p", "--step", "fast"], "not a duration"),
+        (["report", "--prometheus", "http://p", "--rate-window", "1x"], "not a duration"),
     ],
 )
 def test_usage_errors(argv: list[str], needle: str, capsys: Any) -> None:

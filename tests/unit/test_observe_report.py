@@ -70,6 +70,8 @@ def test_steps_and_rate_windows() -> None:
     win = report.Window(end=1000.0, seconds=600, step_s=3, scrape_s=15)
     assert (win.start, win.rate_window_s) == (400.0, 60)
     assert report.Window(1000.0, 86400, 432, 15).rate_window_s == 432
+    assert report.Window(1000.0, 120, 1, 1).rate_window_s == 20  # Ray exports every 10 s
+    assert report.Window(1000.0, 120, 1, 1, rate_s=4).rate_window_s == 4
 
 
 def test_panels_carry_the_slo_lines() -> None:
