@@ -22,7 +22,9 @@ Events (the caller forwards the same ones to the policy's ``observe``)
                   a burst would otherwise see the same in-flight counts for all of it.
     ``routed``    in flight at the replica; its uncached prompt tokens (prompt minus the
                   blocks the decision matched on that replica) join the replica's
-                  outstanding prefill backlog (``router.outstanding``).
+                  outstanding prefill backlog (``router.outstanding``). Returns the cached
+                  tokens the decision predicted there (0 when the framework sent the
+                  request elsewhere or nothing was decided).
     ``completed`` no longer in flight.   ``gone``: the replica left; forget its counts.
 View (``view(replica_id, stats, queue_len, max_ongoing, now)``)
     ``stats`` is the replica's last report as a ``ReplicaStats`` (the Ray adapter decodes
@@ -140,16 +142,18 @@ class FleetBook:
                 break
             self.withdraw(request_id)
 
-    def routed(self, key: str, request: RequestView | None, replica_id: str, now: float) -> None:
+    def routed(self, key: str, request: RequestView | None, replica_id: str, now: float) -> int:
         self.inflight[replica_id] += 1
         self.routes[key] = (request.request_id if request else key, replica_id)
         if request is None:
-            return
+            return 0
         entry = self.withdraw(request.request_id)
         matched = entry is not None and entry.replica_id == replica_id
         cached = entry.matched_blocks * self.block_size if entry and matched else 0
+        cached = min(cached, request.prompt_tokens)
         rate = self.rates.get(replica_id, 0.0)
         self.outstanding.add(replica_id, request.prompt_tokens - cached, rate, now)
+        return cached
 
     def completed(self, key: str, replica_id: str) -> tuple[str, str]:
         """The request is done; returns its (request id, replica) for the policy's event."""

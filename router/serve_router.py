@@ -22,9 +22,13 @@ it in the status actor every few seconds and restores it when a new router start
 ``prefix-precise`` and ``kv_events_endpoint_template`` (e.g.
 ``"ipc:///tmp/llmfleet-kv-{replica_id}"``), one ZMQ subscriber per replica feeds KV events
 to the policy through ``loop.call_soon_threadsafe``.
-Decisions are counted by reason in the Serve counter ``ROUTER_DECISIONS``; KV events applied
-to the index by kind in ``ROUTER_KV_EVENTS`` (both also in ``decision_counts`` /
-``kv_event_counts``). Time is ``self.clock`` (``time.monotonic``).
+Metrics (Serve counters from ``contracts.metrics``, created once per router by
+``use_counters``): ``ROUTER_DECISIONS`` by policy and reason per ``choose_replicas`` call;
+per routed request with a view, ``ROUTER_PROMPT_TOKENS`` and ``ROUTER_PREDICTED_CACHED_TOKENS``
+(the prefix the decision matched on the replica that took it, in tokens; 0 when Serve sent it
+to another tier or the policy predicts nothing), by policy; KV events applied to the index
+by kind in ``ROUTER_KV_EVENTS``. Local mirrors: ``decision_counts``, ``prompt_tokens``,
+``predicted_cached_tokens``, ``kv_event_counts``. Time is ``self.clock`` (``time.monotonic``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,13 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
+from contracts.metrics import (
+    ROUTER_DECISIONS,
+    ROUTER_KV_EVENTS,
+    ROUTER_PREDICTED_CACHED_TOKENS,
+    ROUTER_PROMPT_TOKENS,
+    Metric,
+)
 from contracts.stats import ReplicaStats, from_wire
 from router.bookkeeping import FleetBook
 from router.kv_subscriber import KVEventSubscriber
@@ -59,8 +70,7 @@ from router.types import (
 )
 
 log = logging.getLogger(__name__)
-ROUTER_DECISIONS = "llmfleet_router_decisions"
-ROUTER_KV_EVENTS = "llmfleet_router_kv_events"
+CounterFactory = Callable[[Metric], Any]  # a counter with Ray's inc(value, tags=), or None
 
 
 def request_view_of(pending_request: PendingRequest | None) -> RequestView | None:
@@ -88,14 +98,14 @@ def rank_tiers(decision: RoutingDecision, candidates: Sequence[Any]) -> list[lis
     return [tier for tier in (chosen, rest) if tier]
 
 
-def _make_counter(name: str, description: str, tag_keys: tuple[str, ...]) -> Any:
+def serve_counter(metric: Metric) -> Any:
     try:
         from ray.serve.metrics import Counter
 
         # Ray annotates tag_keys as tuple[str] (one element)
-        return Counter(name, description=description, tag_keys=tag_keys)  # type: ignore[arg-type]
+        return Counter(metric.name, description=metric.description, tag_keys=metric.labels)  # type: ignore[arg-type]
     except Exception as exc:  # metrics need a Ray worker; unit tests have none
-        log.debug("router counter %s disabled: %s", name, exc)
+        log.debug("router counter %s disabled: %s", metric.name, exc)
         return None
 
 
@@ -130,21 +140,20 @@ class LLMFleetRequestRouter(RequestRouter):
         self.kv_template = kv_events_endpoint_template if policy == "prefix-precise" else None
         self.subscribers: dict[str, KVEventSubscriber] = {}
         self.known: set[str] = set()
-        self._counter = _make_counter(
-            ROUTER_DECISIONS,
-            "Routing decisions by policy and reason (affinity, balance, fallback).",
-            ("policy", "reason"),
-        )
         self.kv_event_counts: collections.Counter[str] = collections.Counter()
-        self._kv_counter = (
-            _make_counter(
-                ROUTER_KV_EVENTS,
-                "vLLM KV cache events applied to the prefix index, by kind (stored, removed).",
-                ("kind",),
-            )
-            if self.kv_template
-            else None
-        )
+        self.prompt_tokens = 0
+        self.predicted_cached_tokens = 0
+        self.use_counters(serve_counter)
+
+    def use_counters(self, make: CounterFactory) -> None:
+        """Create the exported counters with ``make`` (tests pass fakes); tag dicts are built
+        here, once, not per request."""
+        self._counter = make(ROUTER_DECISIONS)
+        self._prompt_counter = make(ROUTER_PROMPT_TOKENS)
+        self._cached_counter = make(ROUTER_PREDICTED_CACHED_TOKENS)
+        self._kv_counter = make(ROUTER_KV_EVENTS) if self.kv_template else None
+        self._policy_tags = {"policy": self.policy_name}
+        self._reason_tags: dict[str, dict[str, str]] = {}
 
     def _state_ready(self) -> bool:
         return hasattr(self, "policy")
@@ -174,7 +183,18 @@ class LLMFleetRequestRouter(RequestRouter):
     def _count(self, reason: str) -> None:
         self.decision_counts[reason] += 1
         if self._counter is not None:
-            self._counter.inc(tags={"policy": self.policy_name, "reason": reason})
+            tags = self._reason_tags.get(reason)
+            if tags is None:
+                tags = self._reason_tags[reason] = {"policy": self.policy_name, "reason": reason}
+            self._counter.inc(1, tags=tags)
+
+    def _count_tokens(self, prompt: int, cached: int) -> None:
+        self.prompt_tokens += prompt
+        self.predicted_cached_tokens += cached
+        if prompt > 0 and self._prompt_counter is not None:  # Ray refuses inc(0)
+            self._prompt_counter.inc(prompt, tags=self._policy_tags)
+        if cached > 0 and self._cached_counter is not None:
+            self._cached_counter.inc(cached, tags=self._policy_tags)
 
     def _p2c(self, views: list[ReplicaView]) -> RoutingDecision:
         pair = views if len(views) <= 2 else self.rng.sample(views, 2)
@@ -232,8 +252,9 @@ class LLMFleetRequestRouter(RequestRouter):
         request = request_view_of(pending_request)
         now = self.clock()
         key = pending_request.metadata.internal_request_id
-        self.book.routed(key, request, replica_id.unique_id, now)
+        cached = self.book.routed(key, request, replica_id.unique_id, now)
         if request is not None:
+            self._count_tokens(request.prompt_tokens, cached)
             self._observe(Routed(request, replica_id.unique_id, now))
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:

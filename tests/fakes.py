@@ -7,6 +7,8 @@
   ``PendingRequest`` carrying the ingress payload) and ``serve_router`` (the Ray adapter,
   built without a cluster).
 - Autoscaler: ``snapshot`` (a ``MetricsSnapshot`` from a list of replica metrics).
+- Metrics: ``FakeMetrics``, a metric factory (``factory(Metric)``) handing out one
+  ``FakeMetric`` per catalogue entry, a Ray Counter/Gauge stand-in that checks tags as Ray does.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics
 from bench.stub_server import StubServer
+from contracts.metrics import Metric
 from router.types import RequestView
 from router.views import make_request_view
 
@@ -99,3 +102,54 @@ def snapshot(
     now: float, current: int, reps: Sequence[ReplicaMetrics], pending: float = 0.0
 ) -> MetricsSnapshot:
     return MetricsSnapshot(now, current, tuple(reps), pending)
+
+
+# ---- metrics -----------------------------------------------------------------------
+
+
+class FakeMetric:
+    """Ray's Counter/Gauge as a recorder: per tag set the summed ``inc`` or the last ``set``.
+    Like Ray it wants exactly the metric's tag keys, str values, and ``inc`` values > 0."""
+
+    def __init__(self, metric: Metric) -> None:
+        self.metric = metric
+        self.values: dict[tuple[tuple[str, str], ...], float] = {}
+        self.calls = 0
+
+    def _key(self, tags: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
+        tags = tags or {}
+        assert set(tags) == set(self.metric.labels), (self.metric.name, tags)
+        assert all(isinstance(v, str) for v in tags.values())
+        return tuple(sorted(tags.items()))
+
+    def inc(self, value: float = 1.0, tags: dict[str, str] | None = None) -> None:
+        assert self.metric.kind == "counter", self.metric.name
+        assert value > 0, (self.metric.name, value)
+        key = self._key(tags)
+        self.values[key] = self.values.get(key, 0.0) + value
+        self.calls += 1
+
+    def set(self, value: float, tags: dict[str, str] | None = None) -> None:
+        assert self.metric.kind == "gauge", self.metric.name
+        self.values[self._key(tags)] = value
+        self.calls += 1
+
+    def get(self, **tags: str) -> float | None:
+        return self.values.get(tuple(sorted(tags.items())))
+
+    def by(self, label: str) -> dict[str, float]:
+        """Values keyed by one label (the others ignored: use with one series per value)."""
+        return {dict(k)[label]: v for k, v in self.values.items()}
+
+
+class FakeMetrics:
+    """A metric factory: ``factory(metric)`` makes or returns that metric's ``FakeMetric``."""
+
+    def __init__(self) -> None:
+        self.made: dict[str, FakeMetric] = {}
+
+    def __call__(self, metric: Metric) -> FakeMetric:
+        return self.made.setdefault(metric.name, FakeMetric(metric))
+
+    def __getitem__(self, metric: Metric) -> FakeMetric:
+        return self(metric)

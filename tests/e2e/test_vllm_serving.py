@@ -209,15 +209,16 @@ def test_concurrent_requests_all_complete(client: openai.OpenAI, vllm_app: str) 
 def test_latency_and_queue_metrics_are_exported_through_ray(
     client: openai.OpenAI, vllm_app: str
 ) -> None:
+    from contracts.metrics import ROUTER_DECISIONS, ROUTER_KV_EVENTS, prom
     from replicas import metric_names as M
 
     long_prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * 40)  # > 2 blocks
     client.completions.create(model=vllm_app, prompt="Hi", max_tokens=3)
     client.completions.create(model=vllm_app, prompt=long_prompt, max_tokens=3)
-    kv_events = M.PROM_PREFIX + M.ROUTER_KV_EVENTS + "_total"
+    kv_events = prom(ROUTER_KV_EVENTS)
     wanted = [
         kv_events,
-        M.PROM_PREFIX + M.ROUTER_DECISIONS + "_total",
+        prom(ROUTER_DECISIONS),
         M.PROM_PREFIX + M.TTFT_SECONDS + "_count",
         "ray_vllm_inter_token_latency_seconds_count",  # ITL is vLLM's own (no per-token copy)
         M.PROM_PREFIX + M.E2E_SECONDS + "_count",
