@@ -31,7 +31,8 @@ from autoscaler.common import (
     parse_params,
     ray_like_delay,
 )
-from autoscaler.types import MetricsSnapshot, ScalingConfig
+from autoscaler.explain import move_reason
+from autoscaler.types import Explanation, MetricsSnapshot, ScalingConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,18 @@ class OngoingRequestsPolicy:
         raw = total / config.target_ongoing_requests
         return ray_like_delay(raw, snapshot, config, p, state)
 
+    def explain(
+        self,
+        snapshot: MetricsSnapshot,
+        config: ScalingConfig,
+        state: RayDelayState,  # noqa: ARG002 (the protocol's signature)
+        desired: int,
+    ) -> Explanation:
+        """Holds ongoing requests per replica (the generic signal) to the configured target."""
+        targets = {"ongoing_requests_per_replica": config.target_ongoing_requests}
+        reason = move_reason(snapshot, config, desired, "ongoing_requests")
+        return Explanation({}, targets, reason)
+
 
 class UtilizationPolicy:
     name = "utilization"
@@ -75,6 +88,21 @@ class UtilizationPolicy:
             raw = math.ceil(raw - 1e-9)
         return ray_like_delay(raw, snapshot, config, p, state)
 
+    def explain(
+        self,
+        snapshot: MetricsSnapshot,
+        config: ScalingConfig,
+        state: RayDelayState,  # noqa: ARG002 (the protocol's signature)
+        desired: int,
+    ) -> Explanation:
+        p = parse_params(UtilizationParams, config.params, self.name)
+        reps = snapshot.replicas
+        u = mean(max(m.busy_fraction, m.kv_usage) for m in reps) if reps else 0.0
+        reason = move_reason(snapshot, config, desired, "utilization")
+        return Explanation(
+            {"utilization_ratio": u}, {"utilization_ratio": p.target_utilization}, reason
+        )
+
 
 class NoScalingPolicy:
     name = "none"
@@ -87,3 +115,12 @@ class NoScalingPolicy:
     ) -> tuple[int, NoState]:
         parse_params(NoParams, config.params, self.name)
         return floor_for_pending(clamp(snapshot.current_replicas, config), snapshot), state
+
+    def explain(
+        self,
+        snapshot: MetricsSnapshot,
+        config: ScalingConfig,
+        state: NoState,  # noqa: ARG002 (the protocol's signature)
+        desired: int,
+    ) -> Explanation:
+        return Explanation({}, {}, move_reason(snapshot, config, desired, "bounds"))

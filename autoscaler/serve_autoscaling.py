@@ -29,7 +29,17 @@ and it adds a node of a type that fits (``available_node_types`` in the cluster 
 Idle nodes leave after ``idle_timeout_minutes``. So a scale-up costs node boot + model load
 on an empty cluster; keep ``min_replicas`` (or spare nodes) for latency-critical services.
 
-The classes here are plain Python; only ``build_autoscaling_config`` imports Ray. The
+Metrics: after each decision ``__call__`` exports it (``decision_metrics.export_decision``:
+desired and running replicas, the policy's signals and targets from ``explain.explain``, and a
+decision counted by direction and reason when ``desired`` differs from
+``ctx.target_num_replicas``, Serve's target set by the previous decision). It reads
+``ctx.deployment_name``, ``current_num_replicas`` and ``target_num_replicas``. The metric
+objects are ``ray.util.metrics`` ones (``ray.serve.metrics`` needs a replica context; the
+controller has none), created once per process in ``_RAY_METRICS``: Serve may re-create the
+policy object. A metrics error is logged once (debug) and never stops scaling. Ray's default
+policy (``ongoing-requests``) runs without this class and exports only Serve's own metrics.
+
+The classes here are plain Python; only ``build_autoscaling_config`` and ``ray_metric`` import Ray. The
 ``autoscaler`` package must be importable in the Serve controller (installed in the env or
 shipped via ``runtime_env``): the policy class is pickled by value, its imports by name.
 """
@@ -37,20 +47,38 @@ shipped via ``runtime_env``): the policy class is pickled by value, its imports 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autoscaler.common import RayDelayParams, parse_params
+from autoscaler.decision_metrics import Decision, MetricFactory, export_decision
+from autoscaler.explain import explain
 from autoscaler.registry import POLICY_NAMES, check_params, make_policy
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, ScalingPolicy
+from contracts.metrics import Metric
 from contracts.stats import from_wire
 
 if TYPE_CHECKING:
     from ray.serve.config import AutoscalingConfig
 
 RAY_RUNNING_REQUESTS_KEY = "running_requests"  # Serve's own per-replica ongoing count
+log = logging.getLogger(__name__)
+_RAY_METRICS: dict[str, Any] = {}  # Ray metric objects by name, one each per process
+
+
+def ray_metric(metric: Metric) -> Any:
+    """The process's ``ray.util.metrics`` Gauge/Counter for a catalogue entry, made once."""
+    made = _RAY_METRICS.get(metric.name)
+    if made is None:
+        from ray.util import metrics
+
+        cls = metrics.Gauge if metric.kind == "gauge" else metrics.Counter
+        made = cls(metric.name, description=metric.description, tag_keys=metric.labels)
+        _RAY_METRICS[metric.name] = made
+    return made
 
 
 def scaling_config_from_dict(data: Mapping[str, Any]) -> ScalingConfig:
@@ -119,6 +147,8 @@ class ServeScalingPolicy:
         self.policy = make_policy(policy)
         self.config = scaling_config_from_dict(config or {})
         check_params(policy, self.config.params)
+        self.metric: MetricFactory = ray_metric
+        self._metrics_failed = False
 
     def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
         snapshot = snapshot_from_context(ctx)
@@ -129,7 +159,26 @@ class ServeScalingPolicy:
         )
         state = state_from_serve(self.policy, ctx.policy_state or {})
         desired, new = self.policy.decide(snapshot, cfg, state)
+        self._export(ctx, snapshot, cfg, new, desired)
         return desired, state_to_serve(new)
+
+    def _export(
+        self, ctx: Any, snapshot: MetricsSnapshot, cfg: ScalingConfig, state: Any, desired: int
+    ) -> None:
+        try:
+            decision = Decision(
+                deployment_name=str(getattr(ctx, "deployment_name", None) or "unknown"),
+                policy=self.policy.name,
+                current=int(ctx.current_num_replicas),
+                previous=snapshot.current_replicas,
+                desired=desired,
+                explanation=explain(self.policy, snapshot, cfg, state, desired),
+            )
+            export_decision(self.metric, decision)
+        except Exception as exc:  # metrics must never stop scaling
+            if not self._metrics_failed:
+                self._metrics_failed = True
+                log.debug("autoscaler metrics disabled after an error: %r", exc)
 
 
 def build_autoscaling_config(

@@ -5,7 +5,9 @@ Signal: the prefill work waiting in the engines, in seconds — per replica its 
 ``waiting_prefill_tokens / rate`` with the fleet's median rate. GPU utilisation and ongoing
 requests are poor proxies: a replica is "busy" with one decode, and ten short prompts are
 not ten long ones; what a new request waits for is the prefill work ahead of it.
-Signals and their smoothing live in ``ttft_signals.py``; knobs and state in ``ttft_types.py``.
+Signals and their smoothing live in ``ttft_signals.py``; knobs and state in ``ttft_types.py``;
+``explain`` reports them per replica against their targets, with the term that drove a move
+(``cause``: queue_delay, arrival_rate, burst_reserve, pending_requests, slo_headroom, bounds).
 
 Rule (budget ``B = headroom * ttft_slo_s``; all work in replica-seconds)
 - Up, fast and proportional: ``need`` = the largest of the terms below and, if
@@ -63,6 +65,7 @@ import math
 from dataclasses import dataclass, replace
 
 from autoscaler.common import clamp, floor_for_pending, parse_params
+from autoscaler.explain import STEADY
 from autoscaler.prefill_load import prefill_loads
 from autoscaler.ttft_signals import (
     Load,
@@ -73,7 +76,7 @@ from autoscaler.ttft_signals import (
     track_settling,
 )
 from autoscaler.ttft_types import TTFTQueueParams, TTFTQueueState
-from autoscaler.types import MetricsSnapshot, ScalingConfig
+from autoscaler.types import Explanation, MetricsSnapshot, ScalingConfig
 
 __all__ = ["TTFTQueueParams", "TTFTQueuePolicy", "TTFTQueueState"]
 
@@ -92,22 +95,50 @@ class TTFTQueuePolicy:
         fallback = p.prior_prefill_tokens_per_s if state.rate is None else state.rate
         loads, counters = prefill_loads(snapshot, state.counters, p.load_window_s)
         load = measure(snapshot, p, fallback, budget, loads)
-        new = replace(state, counters=counters)
+        new = replace(state, counters=counters, cause="")
         new = track_settling(snapshot, p, load, track_growth(snapshot, p, load, new))
         new = track_bursts(snapshot.now, p, new)
         current = snapshot.current_replicas
         d = _Inputs(snapshot, config, p, load, budget)
-        need, why = _need(d, new)
+        need, why, cause = _need(d, new)
         if current < config.min_replicas or current > config.max_replicas:
-            return _move(max(need, clamp(current, config)), snapshot, new, "bounds")
+            return _move(max(need, clamp(current, config)), snapshot, new, "bounds", "bounds")
         if need > current:
             new = replace(new, down_since=None)
             last_down = new.last_down_at
             in_cooldown = last_down is not None and snapshot.now - last_down < p.upscale_cooldown_s
             if current > 0 and in_cooldown:
                 return current, replace(new, reason=f"hold: up-cooldown (need {need})")
-            return _move(need, snapshot, new, why)
+            return _move(need, snapshot, new, why, cause)
         return _maybe_down(_down_target(d, new, held=need), d, new)
+
+    def explain(
+        self, snapshot: MetricsSnapshot, config: ScalingConfig, state: TTFTQueueState, desired: int
+    ) -> Explanation:
+        """Per replica: queued prefill work against the budget, sustained (and, with
+        ``burst_hold_s``, held burst) prefill arrivals against their utilisation targets; the
+        SLO and KV limits a down-move respects. ``state`` is the one ``decide`` returned."""
+        p = parse_params(TTFTQueueParams, config.params, self.name)
+        budget = p.headroom * config.ttft_slo_s
+        fallback = p.prior_prefill_tokens_per_s if state.rate is None else state.rate
+        loads, _ = prefill_loads(snapshot, state.counters, p.load_window_s)
+        load = measure(snapshot, p, fallback, budget, loads)
+        n = max(1, snapshot.current_replicas)
+        signals = {
+            "prefill_backlog_s": load.work_s / n,
+            "prefill_arrival_ratio": (state.arrival or 0.0) / n,
+        }
+        targets = {
+            "prefill_backlog_s": budget,
+            "prefill_arrival_ratio": p.up_utilization,
+            "ttft_p95_s": config.ttft_slo_s,
+            "kv_usage_ratio": p.down_kv_usage,
+        }
+        if p.burst_hold_s > 0:
+            signals["burst_arrival_ratio"] = held_burst(state, p.level_shift) / n
+            targets["burst_arrival_ratio"] = p.burst_utilization
+        reason = STEADY if desired == snapshot.current_replicas else (state.cause or "policy")
+        return Explanation(signals, targets, reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +152,9 @@ class _Inputs:
     budget: float  # headroom x SLO, seconds
 
 
-def _need(d: _Inputs, state: TTFTQueueState) -> tuple[int, str]:
-    """Replicas needed: max of the backlog, arrival-rate and burst-reserve terms."""
+def _need(d: _Inputs, state: TTFTQueueState) -> tuple[int, str, str]:
+    """Replicas needed: max of the backlog, arrival-rate and burst-reserve terms; with why
+    (text) and the driving term's key."""
     p, load, budget = d.p, d.load, d.budget
     arrival = state.arrival or 0.0
     need_rate = math.ceil(arrival / p.up_utilization - 1e-9) + load.blocked
@@ -132,13 +164,20 @@ def _need(d: _Inputs, state: TTFTQueueState) -> tuple[int, str]:
         need_queue = 0  # after an up-move, or while the queue already drains: trust the rate
     burst = held_burst(state, p.level_shift) if p.burst_hold_s > 0 else 0.0
     need_burst = math.ceil(burst / p.burst_utilization - 1e-9) if burst > 0 else 0
-    need = max(need_queue, need_rate, need_burst)
-    need = floor_for_pending(clamp(need, d.config), d.snapshot)
+    terms = (
+        ("queue_delay", need_queue),
+        ("arrival_rate", need_rate),
+        ("burst_reserve", need_burst),
+    )
+    cause, top = max(terms, key=lambda t: t[1])
+    need = floor_for_pending(clamp(top, d.config), d.snapshot)
+    if need > max(top, d.config.min_replicas):
+        cause = "pending_requests"
     why = (
         f"up: {load.work_s:.2f}s prefill queued (budget {budget:.2f}s), arrivals "
         f"{arrival:.2f} replicas, burst {burst:.2f} -> {need_burst}"
     )
-    return need, why
+    return need, why, cause
 
 
 def _fits(m: int, d: _Inputs, arrival: float) -> bool:
@@ -181,16 +220,16 @@ def _maybe_down(target: int, d: _Inputs, state: TTFTQueueState) -> tuple[int, TT
     if last is not None and now - last < d.p.downscale_cooldown_s:
         return current, replace(state, reason="hold: down-cooldown")
     why = "down: fewer replicas still meet the SLO with headroom"
-    return _move(target, d.snapshot, state, why)
+    return _move(target, d.snapshot, state, why, "slo_headroom")
 
 
 def _move(
-    desired: int, snapshot: MetricsSnapshot, state: TTFTQueueState, reason: str
+    desired: int, snapshot: MetricsSnapshot, state: TTFTQueueState, reason: str, cause: str
 ) -> tuple[int, TTFTQueueState]:
     now, current = snapshot.now, snapshot.current_replicas
     state = replace(state, reason=reason)
     if desired != current:
-        state = replace(state, last_scale_at=now)
+        state = replace(state, last_scale_at=now, cause=cause)
     if desired > current:
         state = replace(state, last_up_at=now, ready_at=None, settling=True)
     elif desired < current:

@@ -67,3 +67,4 @@ class TTFTQueueState:
     last_scale_at: float | None = None
     down_since: float | None = None  # since when a smaller fleet has fit
     reason: str = ""  # why the last decision was taken (logs, tests)
+    cause: str = ""  # stable key of the last move's driver (metrics), "" when it did not move

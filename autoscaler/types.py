@@ -4,7 +4,9 @@ Each replica reports a ``contracts.stats.ReplicaStats`` (on the wire through
 ``record_autoscaling_stats()``, averaged by Serve over its look-back window); the Ray adapter
 (or the virtual-time simulator, from the record directly) turns them into a
 ``MetricsSnapshot`` of ``ReplicaMetrics``; a policy's ``decide(snapshot, config, state) -> (desired_replicas, new_state)`` is pure and
-takes time only from ``snapshot.now``.
+takes time only from ``snapshot.now``. A policy may also offer ``explain(snapshot, config,
+state, desired) -> Explanation`` (``ExplainingPolicy``): what it measured, the values it holds
+them to and why it moved, for the metrics the Serve adapter exports (``autoscaler.explain``).
 """
 
 from __future__ import annotations
@@ -78,6 +80,19 @@ class ScalingConfig:
 
 
 S = TypeVar("S")
+S_contra = TypeVar("S_contra", contravariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """One decision explained. Signal names are stable snake_case and carry their unit
+    (``queue_delay_max_s``, ``ongoing_requests_per_replica``, ``kv_usage_ratio``); a target has
+    the name of the signal it bounds. ``reason`` is a stable key of why the count moves
+    (``queue_delay``, ``arrival_rate``, ``bounds``, ...), ``steady`` when it does not."""
+
+    signals: Mapping[str, float]
+    targets: Mapping[str, float]
+    reason: str
 
 
 class ScalingPolicy(Protocol[S]):
@@ -92,3 +107,12 @@ class ScalingPolicy(Protocol[S]):
     def decide(
         self, snapshot: MetricsSnapshot, config: ScalingConfig, state: S
     ) -> tuple[int, S]: ...
+
+
+class ExplainingPolicy(Protocol[S_contra]):
+    """Optional: a policy that explains its decisions. ``state`` is the state ``decide``
+    returned with ``desired``; pure, like ``decide``."""
+
+    def explain(
+        self, snapshot: MetricsSnapshot, config: ScalingConfig, state: S_contra, desired: int
+    ) -> Explanation: ...
