@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts import metrics as M
-from replicas.metrics import ray_metric
+from replicas.metrics import ray_metric, start_at_zero
 
 log = logging.getLogger("llmfleet.edge")
 
@@ -155,6 +155,12 @@ class EdgeMetrics:
         self.requests = factory(M.REQUESTS)
         self.prompt_tokens = factory(M.REQUEST_PROMPT_TOKENS)
         self.output_tokens = factory(M.REQUEST_OUTPUT_TOKENS)
+        # every outcome's series exists from the start: a series that first appears with
+        # a value N loses those N events to increase() and rate()
+        for outcome in M.OUTCOMES:
+            start_at_zero(self.requests, {**self.tags, "outcome": outcome})
+            start_at_zero(self.output_tokens, {**self.tags, "outcome": outcome})
+        start_at_zero(self.prompt_tokens, self.tags)
 
     def finish(self, rec: EdgeRecord, clock: Callable[[], float] = time.monotonic) -> str:
         """Record one finished request; returns its outcome. Never raises."""
