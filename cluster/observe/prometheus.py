@@ -22,6 +22,8 @@ from typing import Any
 import httpx
 import yaml
 
+from cluster.observe.scrape import prometheus_config
+
 BINARY = "prometheus"
 PROMTOOL = "promtool"
 
@@ -47,14 +49,9 @@ def scrape_config(
     rule_files: list[str] | None = None,
     job: str = "llmfleet",
 ) -> dict[str, Any]:
-    iv = f"{interval_s:g}s"
-    cfg: dict[str, Any] = {
-        "global": {"scrape_interval": iv, "evaluation_interval": iv},
-        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}],
-    }
-    if rule_files:
-        cfg["rule_files"] = list(rule_files)
-    return cfg
+    return prometheus_config(
+        targets, rule_files=list(rule_files or []), scrape_interval_s=interval_s, job=job
+    )
 
 
 class PrometheusServer:
@@ -136,7 +133,7 @@ class PrometheusServer:
         return _data(httpx.get(f"{self.url}/api/v1/query", params=params, timeout=30))
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        params = {"query": expr, "start": start, "end": end, "step": step}
+        params: dict[str, Any] = {"query": expr, "start": start, "end": end, "step": step}
         return _data(httpx.get(f"{self.url}/api/v1/query_range", params=params, timeout=30))
 
     def series_names(self) -> set[str]:
