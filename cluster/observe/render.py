@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         bad = stale(cfg, out)
         if bad:
             print(
-                "generated observability files are stale: " + ", ".join(bad)
+                "generated observability files are stale: "
+                + ", ".join(bad)
                 + "\nrun: .venv/bin/llmfleet dashboards render",
                 file=sys.stderr,
             )
