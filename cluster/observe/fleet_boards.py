@@ -168,7 +168,7 @@ def autoscaler() -> Board:
     ]
     note = Annotation(
         "Scaling decisions",
-        f"{_decisions()} > 0",
+        _decision_events(),
         "scale {{direction}}",
         ("deployment_name", "direction", "reason"),
     )
@@ -179,6 +179,14 @@ def autoscaler() -> Board:
         [("Replicas", replicas), ("Signals", signals), ("Decisions", decisions)],
         [note],
     )
+
+
+def _decision_events() -> str:
+    """Windows with a decision: the counter rose, or a (direction, reason) series appeared
+    (Ray exports a counter only after its first increment, which ``increase`` cannot see)."""
+    m = pq.sel(M.AUTOSCALER_DECISIONS)
+    by = "sum by (deployment_name, direction, reason)"
+    return f"{_decisions()} > 0 or {by} ({m} unless {m} offset {pq.RATE})"
 
 
 def _decisions() -> str:

@@ -207,6 +207,7 @@ def test_goodput_panel_agrees_with_the_load_generator(live: dict[str, Any]) -> N
     panel = float(got[0]["value"][1])
     panel = panel / 100 if panel > 1.0 else panel  # a percent panel
     bench = live["bench"]["goodput"]["attainment"]
+    print(f"goodput panel {panel:.4f} vs load generator {bench:.4f}")
     assert abs(panel - bench) <= 0.02, f"panel {panel:.3f} vs load generator {bench:.3f}"
 
 
