@@ -48,11 +48,11 @@ def fleet() -> dict[str, Any]:
 
 
 def bench_phase(name: str, rate: float, n: int, seconds: int, out: Path, seed: int) -> dict[str, Any]:
-    from bench import cli
+    from cluster import cli  # `llmfleet bench`: the default model's tokenizer for chat text
 
     path = out / f"bench-{name.replace(' ', '-')}.json"
     cli.main([
-        "--url", f"http://127.0.0.1:{PORT}", "--endpoint", "chat",
+        "bench", "--url", f"http://127.0.0.1:{PORT}", "--endpoint", "chat",
         "--dataset", "shared-prefix:groups=6,system=384,question=24,output=64,zipf=1.0",
         "--rate", str(rate), "--burstiness", "0.7", "--seed", str(seed),
         "--num-requests", str(n), "--duration", str(seconds), "--timeout", "90",

@@ -185,3 +185,12 @@ def test_catalogue_names_are_prometheus_safe_and_unique() -> None:
         assert t in M.LATENCY_BUCKETS_S
     assert M.prom(M.REQUESTS) == "ray_llmfleet_requests_total"
     assert M.prom(M.TTFT, "bucket") == "ray_llmfleet_request_ttft_seconds_bucket"
+
+
+def test_the_docs_show_the_catalogue() -> None:
+    from pathlib import Path
+
+    from cluster.observe.catalogue_doc import markdown
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    assert markdown() in doc, "regenerate the table: python -m cluster.observe.catalogue_doc"
