@@ -32,6 +32,8 @@ log = logging.getLogger("llmfleet.edge")
 
 _USAGE = b'"usage"'
 _EVENT_END = b"\n\n"
+_DONE = b"data: [DONE]\n\n"  # always the last event of a chat/completions stream
+_RESPONSE_DONE = b'"type":"response.completed"'  # a quote inside generated text is escaped
 
 
 @dataclass(slots=True)
@@ -47,7 +49,8 @@ class EdgeRecord:
     output_tokens: int = 0
     chunks: int = 0
     failed: bool = False  # ended with an in-band error after a 200
-    cancelled: bool = False  # the client went away
+    cancelled: bool = False  # the client went away before the end
+    ended: bool = False  # the stream's terminal event was relayed
     gaps: list[float] = field(default_factory=list)
 
     @property
@@ -106,6 +109,8 @@ class StreamMeter:
             rec.gaps.append(now - rec.last_at)
         rec.last_at = now
         rec.chunks += 1
+        if not rec.ended and (chunk.endswith(_DONE) or _RESPONSE_DONE in chunk):
+            rec.ended = True  # a client that hangs up after this one did not cancel anything
         if _USAGE in chunk:  # JSON escapes quotes inside strings: only a real key matches
             chunk = self._usage(chunk)
         return chunk

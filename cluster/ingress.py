@@ -302,5 +302,5 @@ class OpenAIIngress:
             if rec is not None and self.edge is not None:
                 rec.streamed = True
                 rec.failed = started.failed
-                rec.cancelled = not done
+                rec.cancelled = not (done or rec.ended)
                 self.edge.finish(rec)

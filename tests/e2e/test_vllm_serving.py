@@ -209,21 +209,28 @@ def test_concurrent_requests_all_complete(client: openai.OpenAI, vllm_app: str) 
 def test_latency_and_queue_metrics_are_exported_through_ray(
     client: openai.OpenAI, vllm_app: str
 ) -> None:
-    from contracts.metrics import ROUTER_DECISIONS, ROUTER_KV_EVENTS, prom
-    from replicas import metric_names as M
+    from contracts import metrics as M
 
     long_prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * 40)  # > 2 blocks
     client.completions.create(model=vllm_app, prompt="Hi", max_tokens=3)
     client.completions.create(model=vllm_app, prompt=long_prompt, max_tokens=3)
-    kv_events = prom(ROUTER_KV_EVENTS)
+    stream = client.completions.create(model=vllm_app, prompt="Hi", max_tokens=4, stream=True)
+    assert [c for c in stream if not c.choices] == []  # the usage the ingress asked for is gone
+    kv_events = M.prom(M.ROUTER_KV_EVENTS)
     wanted = [
         kv_events,
-        prom(ROUTER_DECISIONS),
-        M.PROM_PREFIX + M.TTFT_SECONDS + "_count",
-        "ray_vllm_inter_token_latency_seconds_count",  # ITL is vLLM's own (no per-token copy)
-        M.PROM_PREFIX + M.E2E_SECONDS + "_count",
-        M.PROM_PREFIX + M.KV_USAGE,
-        M.PROM_PREFIX + M.QUEUE_WAITING,
+        M.prom(M.ROUTER_DECISIONS),
+        M.prom(M.ROUTER_PREDICTED_CACHED_TOKENS),
+        M.prom(M.ENGINE_TTFT, "count"),
+        M.prom(M.ENGINE_QUEUE, "count"),  # from the engine core's own timestamps
+        M.prom(M.ENGINE_PREFILL, "count"),
+        M.prom(M.ENGINE_E2E, "count"),
+        M.prom(M.TTFT, "count"),  # the edge: streamed requests
+        M.prom(M.ITL, "count"),
+        M.prom(M.REQUESTS),
+        M.prom(M.KV_USAGE),
+        M.prom(M.WAITING),
+        M.prom(M.CACHED_TOKENS),
         "ray_vllm_time_to_first_token_seconds_count",
     ]
     deadline = time.monotonic() + 45
@@ -234,10 +241,14 @@ def test_latency_and_queue_metrics_are_exported_through_ray(
             break
         time.sleep(2)
     assert not missing, missing
-    ttft = [
-        ln for ln in text.splitlines() if ln.startswith(M.PROM_PREFIX + M.TTFT_SECONDS + "_count")
-    ]
+    ttft = [ln for ln in text.splitlines() if ln.startswith(M.prom(M.ENGINE_TTFT, "count"))]
     assert sum(float(ln.rsplit(" ", 1)[1]) for ln in ttft) >= 1
+    answered = [
+        ln
+        for ln in text.splitlines()
+        if ln.startswith(M.prom(M.REQUESTS)) and 'outcome="good"' in ln
+    ]
+    assert sum(float(ln.rsplit(" ", 1)[1]) for ln in answered) >= 1, answered
     # prefix-precise: the router applied the engine's BlockStored events to its index
     stored = [ln for ln in text.splitlines() if ln.startswith(kv_events) and 'kind="stored"' in ln]
     assert sum(float(ln.rsplit(" ", 1)[1]) for ln in stored) >= 1, stored

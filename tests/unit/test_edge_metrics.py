@@ -67,6 +67,7 @@ def test_meter_times_chunks_and_strips_the_injected_usage_event() -> None:
     assert rec.ttft_s == pytest.approx(1.0)
     assert rec.gaps == [pytest.approx(0.25), pytest.approx(0.25)]
     assert (rec.prompt_tokens, rec.output_tokens) == (7, 3)
+    assert rec.ended  # [DONE] relayed: a client hanging up now cancelled nothing
 
 
 def test_meter_keeps_usage_the_client_asked_for() -> None:
