@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts import metrics as M
-from replicas.metrics import ray_metric, start_at_zero
+from contracts.metrics import start_at_zero
+from replicas.metrics import ray_metric
 
 log = logging.getLogger("llmfleet.edge")
 

@@ -38,8 +38,9 @@ Goodput ratio = good / (good + slow_ttft + slow_tpot + error + rejected).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 PROM_PREFIX = "ray_"
 
@@ -430,3 +431,13 @@ def classify(
     if output_tokens >= 2 and (e2e_s - ttft_s) / (output_tokens - 1) > tpot_slo_s:
         return "slow_tpot"
     return "good"
+
+
+def start_at_zero(counter: Any, tags: dict[str, str]) -> None:
+    """Export a Ray counter at 0 before its first event, so ``rate()``, ``increase()`` and
+    ``absent()`` see it from the start (a series first scraped at N loses those N events).
+    Ray's ``inc`` refuses 0; its recorder takes it. Never raises."""
+    record = getattr(counter, "_record", None)
+    if record is not None:
+        with contextlib.suppress(Exception):
+            record(0.0, tags=tags)

@@ -8,10 +8,10 @@ since the previous report."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from contracts import metrics as M
+from contracts.metrics import start_at_zero
 from contracts.stats import ReplicaStats
 from replicas.engine import RequestDone
 
@@ -28,15 +28,6 @@ def ray_metric(metric: M.Metric) -> Any:
     if metric.kind == "counter":
         return metrics.Counter(metric.name, metric.description, tag_keys=tags)
     return metrics.Gauge(metric.name, metric.description, tag_keys=tags)
-
-
-def start_at_zero(counter: Any, tags: dict[str, str]) -> None:
-    """Export a counter at 0 before its first event, so ``rate()`` and ``absent()`` see it
-    from the start (Ray's ``inc`` refuses 0; its recorder takes it)."""
-    record = getattr(counter, "_record", None)
-    if record is not None:
-        with contextlib.suppress(Exception):  # an exporter problem must not stop a replica
-            record(0.0, tags=tags)
 
 
 GAUGES = {  # ReplicaStats field -> gauge

@@ -49,6 +49,7 @@ from contracts.metrics import (
     ROUTER_PREDICTED_CACHED_TOKENS,
     ROUTER_PROMPT_TOKENS,
     Metric,
+    start_at_zero,
 )
 from contracts.stats import ReplicaStats, from_wire
 from router.bookkeeping import FleetBook
@@ -154,6 +155,8 @@ class LLMFleetRequestRouter(RequestRouter):
         self._kv_counter = make(ROUTER_KV_EVENTS) if self.kv_template else None
         self._policy_tags = {"policy": self.policy_name}
         self._reason_tags: dict[str, dict[str, str]] = {}
+        for counter in (self._prompt_counter, self._cached_counter):
+            start_at_zero(counter, self._policy_tags)
 
     def _state_ready(self) -> bool:
         return hasattr(self, "policy")

@@ -27,11 +27,17 @@ def test_models_and_health(client: openai.OpenAI, vllm_app: str) -> None:
 
 
 def test_greedy_chat_answer_is_sane(client: openai.OpenAI, vllm_app: str) -> None:
+    # The answer's first token is a near tie ("The" -1.86 vs "L" -1.96 nats in float32) that
+    # bf16 kernels may flip (they do with AMX); past the opening the answer is decisive.
     out = client.chat.completions.create(
         model=vllm_app,
-        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        messages=[
+            {"role": "user", "content": "What is the capital of France?"},
+            {"role": "assistant", "content": "The capital of France is"},
+        ],
         max_tokens=24,
         temperature=0,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False},
     )
     assert "Paris" in out.choices[0].message.content
     assert out.choices[0].finish_reason in ("stop", "length")
