@@ -222,10 +222,6 @@ def all_alerts(cfg: FleetConfig) -> list[Alert]:
     return [r for g in groups(cfg) for r in g.rules if isinstance(r, Alert)]
 
 
-def render_files(cfg: FleetConfig) -> dict[str, str]:
-    from cluster.observe import alert_tests
-
-    return {
-        RULES_FILE: rules_yaml(groups(cfg), HEADER),
-        TESTS_FILE: alert_tests.render(cfg),
-    }
+def rules_text(cfg: FleetConfig) -> str:
+    """The rules file (``RULES_FILE``); ``rules.py`` renders it with its test file."""
+    return rules_yaml(groups(cfg), HEADER)

@@ -1,7 +1,7 @@
 """Render every generated observability file into ``dashboards/`` (or check it is fresh).
 
 Each generator module has ``render_files(cfg) -> {relative path: text}``:
-``dashboards.py`` (Grafana dashboards JSON), ``alerts.py`` (Prometheus rules and their
+``dashboards.py`` (Grafana dashboards JSON), ``rules.py`` (Prometheus rules from ``alerts.py`` and their
 ``promtool test rules`` file), ``scrape.py`` (a Prometheus scrape config for Ray's metrics
 port with the rules wired in). ``python -m cluster.observe.render --check`` (in
 ``make lint``) fails when the committed files differ from what the code generates.
@@ -19,10 +19,10 @@ DEFAULT_DIR = Path(__file__).resolve().parents[2] / "dashboards"
 
 
 def generated(cfg: FleetConfig) -> dict[str, str]:
-    from cluster.observe import alerts, dashboards, scrape
+    from cluster.observe import dashboards, rules, scrape
 
     out: dict[str, str] = {}
-    for module in (dashboards, alerts, scrape):
+    for module in (dashboards, rules, scrape):
         for rel, text in module.render_files(cfg).items():
             if rel in out:
                 raise ValueError(f"two generators write {rel}")

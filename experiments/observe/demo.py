@@ -47,7 +47,9 @@ def fleet() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def bench_phase(name: str, rate: float, n: int, seconds: int, out: Path, seed: int) -> dict[str, Any]:
+def bench_phase(
+    name: str, rate: float, n: int, seconds: int, out: Path, seed: int
+) -> dict[str, Any]:
     from cluster import cli  # `llmfleet bench`: the default model's tokenizer for chat text
 
     path = out / f"bench-{name.replace(' ', '-')}.json"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from cluster.config import FleetConfig, parse_config
-from cluster.observe import alerts, scrape, slo_rules
+from cluster.observe import alerts, rules, scrape, slo_rules
 from cluster.observe.prometheus import PROMTOOL, available, scrape_config
 from cluster.observe.render import DEFAULT_DIR
 
@@ -30,7 +30,7 @@ STRICT = {
 
 
 def write(out: Path, cfg: FleetConfig) -> Path:
-    for module in (alerts, scrape):
+    for module in (rules, scrape):
         for rel, text in module.render_files(cfg).items():
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             (out / rel).write_text(text)
@@ -111,7 +111,7 @@ def test_a_mutated_rule_fails_its_tests(tmp_path: Path, name: str) -> None:
 @needs_promtool
 def test_rules_from_another_objective_fail_the_default_tests(tmp_path: Path) -> None:
     out = write(tmp_path, FleetConfig())
-    other = alerts.render_files(parse_config({"slo": {"latency_objective": 0.99}}))
+    other = rules.render_files(parse_config({"slo": {"latency_objective": 0.99}}))
     (out / alerts.RULES_FILE).write_text(other[alerts.RULES_FILE])
     r = run_rule_tests(out, "ttft:")
     assert r.returncode != 0, r.stdout
@@ -121,7 +121,7 @@ def test_rules_from_another_objective_fail_the_default_tests(tmp_path: Path) -> 
 # ---- without promtool -------------------------------------------------------------------
 def test_committed_files_are_fresh() -> None:
     cfg = FleetConfig()
-    for module in (alerts, scrape):
+    for module in (rules, scrape):
         for rel, text in module.render_files(cfg).items():
             path = DEFAULT_DIR / rel
             stale = f"dashboards/{rel} is stale: run .venv/bin/python -m cluster.observe.render"
@@ -130,11 +130,11 @@ def test_committed_files_are_fresh() -> None:
 
 
 def test_rendering_is_stable() -> None:
-    assert alerts.render_files(FleetConfig()) == alerts.render_files(FleetConfig())
+    assert rules.render_files(FleetConfig()) == rules.render_files(FleetConfig())
 
 
 def test_thresholds_follow_the_config() -> None:
-    text = alerts.render_files(parse_config(STRICT))[alerts.RULES_FILE]
+    text = rules.render_files(parse_config(STRICT))[alerts.RULES_FILE]
     assert "llmfleet:ttft_bad:ratio_rate1h > 0.144\n" in text  # 14.4 x (1 - 0.99)
     assert "llmfleet:availability_bad:ratio_rate3d > 0.0001\n" in text
     assert 'ttft_seconds_bucket{le="2.0"}' in text
@@ -144,7 +144,7 @@ def test_thresholds_follow_the_config() -> None:
 
 
 def test_an_unreachable_page_threshold_is_capped_at_1() -> None:
-    text = alerts.render_files(parse_config({"slo": {"latency_objective": 0.9}}))[alerts.RULES_FILE]
+    text = rules.render_files(parse_config({"slo": {"latency_objective": 0.9}}))[alerts.RULES_FILE]
     assert "llmfleet:ttft_bad:ratio_rate1h >= 1\n" in text  # 14.4 x 0.1 > 1
     assert "llmfleet:ttft_bad:ratio_rate6h > 0.6\n" in text
 
