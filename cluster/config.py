@@ -20,6 +20,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from cluster.deploy.settings import ClusterSection
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -387,6 +389,10 @@ class FleetConfig(_Strict):
     slo: SLOConfig = Field(
         default_factory=SLOConfig,
         description="Per-request service-level objectives: live goodput, dashboards and alerts.",
+    )
+    cluster: ClusterSection = Field(
+        default_factory=ClusterSection,
+        description="Where a multi-node fleet runs (llmfleet deploy render|plan|validate).",
     )
 
     def to_yaml(self) -> str:
