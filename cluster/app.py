@@ -91,6 +91,18 @@ def _engine_spec(cfg: FleetConfig, model_dir: str) -> dict[str, Any]:
     return {"type": "vllm", "settings": settings}
 
 
+def replica_placement(cfg: FleetConfig, gpu: bool) -> dict[str, Any]:
+    """The replica's Ray resources (``cluster/placement.py``); ``gpu``: vLLM on a GPU machine."""
+    r = cfg.replicas
+    return replica_resources(
+        cfg.engine.tensor_parallel_size,
+        r.num_cpus,
+        gpu,
+        num_gpus=r.num_gpus,
+        accelerator_type=r.accelerator_type,
+    )
+
+
 def router_options(cfg: FleetConfig, block_size: int) -> dict[str, Any]:
     from ray.serve.config import RequestRouterConfig
 
@@ -212,7 +224,7 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
         health_check_timeout_s=max(30.0, 4 * r.health_check_period_s),
         graceful_shutdown_timeout_s=r.drain_timeout_s,
         max_queued_requests=r.max_queued_requests,
-        **replica_resources(cfg.engine.tensor_parallel_size, r.num_cpus, gpu),
+        **replica_placement(cfg, gpu),
         **router_options(cfg, block),
         **autoscaling_options(cfg),
     )

@@ -206,6 +206,16 @@ class ReplicaConfig(_Strict):
         ge=0,
         description="Logical Ray CPUs each replica reserves (bookkeeping; nothing is pinned).",
     )
+    num_gpus: int | None = Field(
+        None,
+        ge=0,
+        le=64,
+        description="GPUs each replica reserves as a STRICT_PACK placement group; unset: engine.tensor_parallel_size when serving vLLM on a GPU machine, else 0. A simulated fleet may reserve logical GPUs to exercise placement on a cluster.",
+    )
+    accelerator_type: str | None = Field(
+        None,
+        description="GPU model each replica's GPU bundles ask for (Ray's `accelerator_type:<name>` resource, e.g. L4, A100, H100), so replicas land on that node type; needs GPUs.",
+    )
     health_check_period_s: float = Field(
         5.0, gt=0, description="Serve health-check period for replicas."
     )
@@ -224,6 +234,12 @@ class ReplicaConfig(_Strict):
         gt=0,
         description="A replica whose engine has unfinished requests and has taken no step for this long fails its health check and is replaced.",
     )
+
+    @model_validator(mode="after")
+    def _gpu_fields(self) -> ReplicaConfig:
+        if self.accelerator_type and self.num_gpus == 0:
+            raise ValueError("accelerator_type needs GPUs (num_gpus: 0 reserves none)")
+        return self
 
 
 class RoutingConfig(_Strict):
@@ -394,6 +410,16 @@ class FleetConfig(_Strict):
         default_factory=ClusterSection,
         description="Where a multi-node fleet runs (llmfleet deploy render|plan|validate).",
     )
+
+    @model_validator(mode="after")
+    def _vllm_gpus(self) -> FleetConfig:
+        n, tp = self.replicas.num_gpus, self.engine.tensor_parallel_size
+        if self.engine.type == "vllm" and n not in (None, tp):
+            raise ValueError(
+                "replicas.num_gpus must be unset or engine.tensor_parallel_size with vLLM"
+                " (one engine worker per GPU)"
+            )
+        return self
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
