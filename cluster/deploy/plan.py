@@ -1,0 +1,285 @@
+"""``llmfleet deploy plan``: what a fleet asks of its node types, before anything starts.
+
+One LLMReplica is one placement group, STRICT_PACK (every bundle on one node, so the
+tensor-parallel all-reduce never leaves NVLink; Ray never splits such a group across nodes):
+
+    bundle 0        {CPU: replicas.num_cpus, accelerator_type:<X>: 0.001}   replica actor
+    bundle 1 .. tp  {GPU: 1,                 accelerator_type:<X>: 0.001}   vLLM TP workers
+
+``accelerator_type:<X>`` is the resource Ray gives a node started with that accelerator and
+that Ray's own ``accelerator_type=`` option asks 0.001 of (ray.llm puts it in every bundle
+the same way): a replica lands only on its GPU model.
+
+    fits(node type)   gpus >= tp, accelerator_type = the fleet's, cpus >= num_cpus
+    per node          min(gpus // tp, cpus // num_cpus)
+    R                 autoscaling.max_replicas (num_replicas when autoscaling is off)
+    nodes             fill the fitting types, most replicas per node first, up to max_workers
+    headroom          ceil(0.2 × R) replicas, one rolling-update batch
+
+Headroom: Serve 2.60 replaces replicas in batches of ``rolling_update_percentage`` (0.2) of
+the target. llmfleet keeps Serve's ``max_surge_percent`` 0: a batch stops before its
+replacements start, so an update at R needs no extra GPUs but runs one batch short; a surge
+(or replacing a failed replica during an update) needs that batch on top of R. So a
+shortfall for R is an error and a shortfall for R + headroom a warning.
+
+Refused (errors, with the field path): TP larger than every node type's GPUs; no GPU node
+type for a vLLM fleet; fitting node types with different accelerators; max_workers too small
+for R; Ray/llmfleet versions that disagree (``versions.py``). A head with GPUs never gets
+here: the config refuses it (``cluster.head``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.app import INGRESS_DEPLOYMENT, REPLICA_DEPLOYMENT, ingress_replicas
+from cluster.config import FleetConfig
+from cluster.deploy.capacity import NodeFit, fill, fit, headroom
+from cluster.deploy.findings import Finding
+from cluster.deploy.settings import NodeType
+from cluster.deploy.versions import RAY_IMAGE as RAY_IMAGE_PREFIX
+from cluster.deploy.versions import Installed, check_versions, installed
+from cluster.placement import replica_resources
+
+ACCELERATOR_SHARE = 0.001  # what Ray's accelerator_type= option asks of the resource
+INGRESS_NUM_CPUS = 0.5  # as cluster.app gives each ingress replica
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentRow:
+    name: str
+    replicas: int  # R
+    min_replicas: int
+    bundles: tuple[Mapping[str, float], ...]
+    strategy: str | None
+    fits: tuple[NodeFit, ...]
+    nodes: Mapping[str, int]  # node type -> nodes for R replicas
+    headroom_replicas: int
+    nodes_with_headroom: Mapping[str, int]
+    headroom_short: int  # replicas of R + headroom that max_workers leave unplaced
+    placement: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    rows: tuple[DeploymentRow, ...]
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.error)
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if not f.error)
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.errors)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out.pop("findings")
+        out["errors"] = [dataclasses.asdict(f) for f in self.errors]
+        out["warnings"] = [dataclasses.asdict(f) for f in self.warnings]
+        out["refused"] = self.refused
+        return out
+
+
+def uses_gpus(cfg: FleetConfig) -> bool:
+    return cfg.engine.type == "vllm"
+
+
+def gpu_types(cfg: FleetConfig) -> list[tuple[int, NodeType]]:
+    return [(i, n) for i, n in enumerate(cfg.cluster.node_types) if n.gpus]
+
+
+def fleet_accelerator(cfg: FleetConfig) -> str | None:
+    """The accelerator the replicas ask for: that of the GPU node types that hold one."""
+    tp = cfg.engine.tensor_parallel_size
+    names = sorted({n.accelerator_type or "" for _, n in gpu_types(cfg) if n.gpus >= tp})
+    return (names[0] or None) if len(names) == 1 else None
+
+
+def replica_options(cfg: FleetConfig) -> dict[str, Any]:
+    """The LLMReplica resources as on the fleet's nodes (not on the machine that renders):
+    ``replica_resources`` with GPUs for a vLLM fleet, each bundle also asking the
+    accelerator. Raises ValueError for TP > 1 without GPUs."""
+    r = cfg.replicas
+    opts = replica_resources(cfg.engine.tensor_parallel_size, r.num_cpus, uses_gpus(cfg))
+    accel = fleet_accelerator(cfg) if uses_gpus(cfg) else None
+    if accel:
+        key = f"accelerator_type:{accel}"
+        opts["placement_group_bundles"] = [
+            {**b, key: ACCELERATOR_SHARE} for b in opts["placement_group_bundles"]
+        ]
+    return opts
+
+
+def target_replicas(cfg: FleetConfig) -> tuple[int, int]:
+    a = cfg.autoscaling
+    if a.enabled:
+        return a.min_replicas, a.max_replicas
+    return cfg.replicas.num_replicas, cfg.replicas.num_replicas
+
+
+def plan(cfg: FleetConfig, inst: Installed | None = None) -> Plan:
+    findings: list[Finding] = []
+    rows = [_replica_row(cfg, findings), _ingress_row(cfg)]
+    findings += check_versions(cfg.cluster, inst or installed(), cfg.engine.type)
+    return Plan(tuple(rows), tuple(findings), tuple(_notes(cfg)))
+
+
+def _replica_row(cfg: FleetConfig, findings: list[Finding]) -> DeploymentRow:
+    tp, gpu = cfg.engine.tensor_parallel_size, uses_gpus(cfg)
+    low, high = target_replicas(cfg)
+    r_path = "autoscaling.max_replicas" if cfg.autoscaling.enabled else "replicas.num_replicas"
+    findings += _shape_findings(cfg)
+    try:
+        opts = replica_options(cfg)
+    except ValueError as err:  # TP > 1 on an engine without GPUs
+        findings.append(Finding("engine.tensor_parallel_size", str(err), True))
+        opts = replica_resources(1, cfg.replicas.num_cpus, gpu)
+    accel = fleet_accelerator(cfg) if gpu else None
+    types = cfg.cluster.node_types
+    fits = tuple(fit(n, tp, cfg.replicas.num_cpus, accel, gpu) for n in types if n.gpus or not gpu)
+    nodes, short = fill(high, fits)
+    extra = headroom(high)
+    with_headroom, short_h = fill(high + extra, fits)
+    capacity = sum(f.per_node * f.max_workers for f in fits)
+    if any(f.per_node for f in fits) and short:
+        findings.append(
+            Finding(
+                r_path,
+                f"{high} replicas need more nodes than max_workers allows: the fitting node types hold {capacity} (raise their max_workers or lower {r_path.split('.')[1]})",
+                True,
+            )
+        )
+    elif any(f.per_node for f in fits) and short_h:
+        findings.append(
+            Finding(
+                r_path,
+                f"no headroom for a rolling update: {high} + {extra} replicas need more than the {capacity} the fitting types hold (max_workers)",
+                False,
+            )
+        )
+    findings += _fit_warnings(cfg, fits, high)
+    bundles = opts.get("placement_group_bundles") or [
+        {"CPU": opts["ray_actor_options"]["num_cpus"]}
+    ]
+    return DeploymentRow(
+        name=REPLICA_DEPLOYMENT,
+        replicas=high,
+        min_replicas=low,
+        bundles=tuple(bundles),
+        strategy=opts.get("placement_group_strategy"),
+        fits=fits,
+        nodes=nodes,
+        headroom_replicas=extra,
+        nodes_with_headroom=with_headroom,
+        headroom_short=short_h,
+        placement=f"one {'placement group' if gpu else 'actor'} per replica on {accel or 'a CPU'} node",
+    )
+
+
+def _shape_findings(cfg: FleetConfig) -> list[Finding]:
+    """TP against the node types' GPUs and accelerators (only for a vLLM fleet)."""
+    if not uses_gpus(cfg):
+        return []
+    tp, gpus = cfg.engine.tensor_parallel_size, gpu_types(cfg)
+    if not gpus:
+        return [
+            Finding("cluster.node_types", "no node type has GPUs: vLLM replicas need them", True)
+        ]
+    biggest = max(gpus, key=lambda ix: ix[1].gpus)[1]
+    if tp > biggest.gpus:
+        return [
+            Finding(
+                "engine.tensor_parallel_size",
+                f"TP {tp} needs {tp} GPUs on one node (STRICT_PACK: tensor parallelism never crosses nodes); the largest node type, {biggest.name}, has {biggest.gpus}",
+                True,
+            )
+        ]
+    fitting = [(i, n) for i, n in gpus if n.gpus >= tp]
+    if len({n.accelerator_type for _, n in fitting}) > 1:
+        i = fitting[-1][0]
+        kinds = ", ".join(sorted({str(m.accelerator_type) for _, m in fitting}))
+        return [
+            Finding(
+                f"cluster.node_types[{i}].accelerator_type",
+                f"node types that hold a TP {tp} replica have different accelerators ({kinds}); a replica asks for one accelerator_type: one fleet per GPU model",
+                True,
+            )
+        ]
+    return []
+
+
+def _fit_warnings(cfg: FleetConfig, fits: tuple[NodeFit, ...], high: int) -> list[Finding]:
+    out = []
+    index = {n.name: i for i, n in enumerate(cfg.cluster.node_types)}
+    tp = cfg.engine.tensor_parallel_size
+    for f in fits:
+        path = f"cluster.node_types[{index[f.node_type]}]"
+        if not f.per_node:
+            out.append(Finding(path, f"{f.node_type} never holds a replica ({f.reason})", False))
+        elif uses_gpus(cfg) and f.gpus % tp:
+            idle = f.gpus - f.per_node * tp
+            out.append(
+                Finding(
+                    f"{path}.gpus",
+                    f"{idle} of {f.gpus} GPUs on each {f.node_type} stay idle (TP {tp})",
+                    False,
+                )
+            )
+    slots = sum(f.per_node * cfg.cluster.node_types[index[f.node_type]].min_workers for f in fits)
+    if slots > high:
+        out.append(
+            Finding(
+                "cluster.node_types",
+                f"min_workers keep room for {slots} replicas but the fleet runs at most {high}",
+                False,
+            )
+        )
+    return out
+
+
+def _ingress_row(cfg: FleetConfig) -> DeploymentRow:
+    n = ingress_replicas(cfg)
+    head = cfg.cluster.head
+    return DeploymentRow(
+        name=INGRESS_DEPLOYMENT,
+        replicas=n,
+        min_replicas=n,
+        bundles=({"CPU": INGRESS_NUM_CPUS},),
+        strategy=None,
+        fits=(),
+        nodes={},
+        headroom_replicas=0,
+        nodes_with_headroom={},
+        headroom_short=0,
+        placement=f"an actor per replica on any node with {INGRESS_NUM_CPUS:g} CPU free (the head, {head.name!r}, has {head.cpus} CPUs); no extra node",
+    )
+
+
+def _notes(cfg: FleetConfig) -> list[str]:
+    c = cfg.cluster
+    uri = c.weights_uri
+    if uri and uri.split("://", 1)[0] in ("s3", "gs"):
+        weights = f"weights: {uri} is streamed by vLLM's loader (runai_streamer) on each GPU node"
+    elif uri:
+        weights = f"weights: {uri} must be present on every GPU node (local or shared path)"
+    else:
+        weights = f"weights: model.path {cfg.model.path} must exist on every GPU node"
+    notes = [
+        weights,
+        f"the Serve app builds where Serve puts it (the head): {cfg.model.path}/config.json and the tokenizer must be readable there and wherever an ingress replica runs",
+    ]
+    if c.image and not RAY_IMAGE_PREFIX.match(c.image):
+        notes.append(
+            f"image {c.image}: not a rayproject/ray tag; it must carry the pinned Ray and Python (not checked)"
+        )
+    return notes
