@@ -190,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sim(sub)
     _add_keys(sub)
     _add_observe(sub)
+    from cluster.deploy import cli as deploy_cli
+
+    deploy_cli.add_parser(sub)  # deploy render|plan|validate
     return parser
 
 
