@@ -32,6 +32,9 @@ def headroom(replicas: int) -> int:
 
 
 def fit(node: NodeType, tp: int, num_cpus: float, accel: str | None, gpu: bool) -> NodeFit:
+    """``tp``: GPUs one replica reserves (its tensor-parallel size for vLLM); ``gpu``: it
+    reserves any."""
+
     def row(per_node: int, reason: str) -> NodeFit:
         return NodeFit(
             node.name, node.gpus, node.accelerator_type, per_node, node.max_workers, reason
@@ -39,7 +42,7 @@ def fit(node: NodeType, tp: int, num_cpus: float, accel: str | None, gpu: bool) 
 
     by_cpu = math.floor(node.cpus / num_cpus) if num_cpus else None
     if gpu and node.gpus < tp:
-        return row(0, f"{node.gpus} GPUs < TP {tp}")
+        return row(0, f"{node.gpus} GPUs < {tp} per replica")
     if gpu and node.accelerator_type != accel:
         return row(0, f"accelerator {node.accelerator_type} is not the fleet's {accel}")
     if by_cpu == 0:
@@ -48,7 +51,7 @@ def fit(node: NodeType, tp: int, num_cpus: float, accel: str | None, gpu: bool) 
     limits = [
         (v, why)
         for v, why in (
-            (by_gpu, f"{node.gpus} GPUs // TP {tp}"),
+            (by_gpu, f"{node.gpus} GPUs // {tp} per replica"),
             (by_cpu, f"{node.cpus} CPUs // {num_cpus:g}"),
         )
         if v is not None

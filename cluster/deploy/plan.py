@@ -3,12 +3,13 @@
 One LLMReplica is one placement group, STRICT_PACK (every bundle on one node, so the
 tensor-parallel all-reduce never leaves NVLink; Ray never splits such a group across nodes):
 
-    bundle 0        {CPU: replicas.num_cpus, accelerator_type:<X>: 0.001}   replica actor
-    bundle 1 .. tp  {GPU: 1,                 accelerator_type:<X>: 0.001}   vLLM TP workers
+    bundle 0        {CPU: replicas.num_cpus}                 the replica actor
+    bundle 1 .. tp  {GPU: 1, accelerator_type:<X>: 0.001}    vLLM's TP workers
 
 ``accelerator_type:<X>`` is the resource Ray gives a node started with that accelerator and
-that Ray's own ``accelerator_type=`` option asks 0.001 of (ray.llm puts it in every bundle
-the same way): a replica lands only on its GPU model.
+that Ray's own ``accelerator_type=`` option asks 0.001 of (``cluster/placement.py``); X is
+``replicas.accelerator_type``, else the GPU model of the node types that hold a replica.
+With STRICT_PACK the CPU bundle lands beside the GPU ones.
 
     fits(node type)   gpus >= tp, accelerator_type = the fleet's, cpus >= num_cpus
     per node          min(gpus // tp, cpus // num_cpus)
@@ -44,7 +45,6 @@ from cluster.deploy.versions import RAY_IMAGE as RAY_IMAGE_PREFIX
 from cluster.deploy.versions import Installed, check_versions, installed
 from cluster.placement import replica_resources
 
-ACCELERATOR_SHARE = 0.001  # what Ray's accelerator_type= option asks of the resource
 INGRESS_NUM_CPUS = 0.5  # as cluster.app gives each ingress replica
 
 
@@ -90,8 +90,21 @@ class Plan:
         return out
 
 
+def gpus_per_replica(cfg: FleetConfig) -> int:
+    """What each replica reserves: ``replicas.num_gpus``, else the TP size for vLLM (a
+    vLLM fleet is deployed on GPUs), else 0."""
+    n = cfg.replicas.num_gpus
+    if n is not None:
+        return n
+    return cfg.engine.tensor_parallel_size if cfg.engine.type == "vllm" else 0
+
+
 def uses_gpus(cfg: FleetConfig) -> bool:
-    return cfg.engine.type == "vllm"
+    return gpus_per_replica(cfg) > 0
+
+
+def gpu_path(cfg: FleetConfig) -> str:
+    return "replicas.num_gpus" if cfg.replicas.num_gpus else "engine.tensor_parallel_size"
 
 
 def gpu_types(cfg: FleetConfig) -> list[tuple[int, NodeType]]:
@@ -99,25 +112,27 @@ def gpu_types(cfg: FleetConfig) -> list[tuple[int, NodeType]]:
 
 
 def fleet_accelerator(cfg: FleetConfig) -> str | None:
-    """The accelerator the replicas ask for: that of the GPU node types that hold one."""
-    tp = cfg.engine.tensor_parallel_size
-    names = sorted({n.accelerator_type or "" for _, n in gpu_types(cfg) if n.gpus >= tp})
+    """The accelerator the replicas ask for: ``replicas.accelerator_type``, else that of the
+    GPU node types that hold one (None when they disagree: plan refuses)."""
+    if cfg.replicas.accelerator_type:
+        return cfg.replicas.accelerator_type
+    g = gpus_per_replica(cfg)
+    names = sorted({n.accelerator_type or "" for _, n in gpu_types(cfg) if n.gpus >= g})
     return (names[0] or None) if len(names) == 1 else None
 
 
 def replica_options(cfg: FleetConfig) -> dict[str, Any]:
     """The LLMReplica resources as on the fleet's nodes (not on the machine that renders):
-    ``replica_resources`` with GPUs for a vLLM fleet, each bundle also asking the
-    accelerator. Raises ValueError for TP > 1 without GPUs."""
+    ``replica_resources`` with GPUs for a vLLM fleet (or ``replicas.num_gpus``), each GPU
+    bundle asking the fleet's accelerator. Raises ValueError for TP > 1 without GPUs."""
     r = cfg.replicas
-    opts = replica_resources(cfg.engine.tensor_parallel_size, r.num_cpus, uses_gpus(cfg))
-    accel = fleet_accelerator(cfg) if uses_gpus(cfg) else None
-    if accel:
-        key = f"accelerator_type:{accel}"
-        opts["placement_group_bundles"] = [
-            {**b, key: ACCELERATOR_SHARE} for b in opts["placement_group_bundles"]
-        ]
-    return opts
+    return replica_resources(
+        cfg.engine.tensor_parallel_size,
+        r.num_cpus,
+        cfg.engine.type == "vllm",
+        num_gpus=r.num_gpus,
+        accelerator_type=fleet_accelerator(cfg) if uses_gpus(cfg) else None,
+    )
 
 
 def target_replicas(cfg: FleetConfig) -> tuple[int, int]:
@@ -135,7 +150,7 @@ def plan(cfg: FleetConfig, inst: Installed | None = None) -> Plan:
 
 
 def _replica_row(cfg: FleetConfig, findings: list[Finding]) -> DeploymentRow:
-    tp, gpu = cfg.engine.tensor_parallel_size, uses_gpus(cfg)
+    tp, gpu = gpus_per_replica(cfg), uses_gpus(cfg)
     low, high = target_replicas(cfg)
     r_path = "autoscaling.max_replicas" if cfg.autoscaling.enabled else "replicas.num_replicas"
     findings += _shape_findings(cfg)
@@ -143,7 +158,7 @@ def _replica_row(cfg: FleetConfig, findings: list[Finding]) -> DeploymentRow:
         opts = replica_options(cfg)
     except ValueError as err:  # TP > 1 on an engine without GPUs
         findings.append(Finding("engine.tensor_parallel_size", str(err), True))
-        opts = replica_resources(1, cfg.replicas.num_cpus, gpu)
+        opts = replica_resources(1, cfg.replicas.num_cpus, False)
     accel = fleet_accelerator(cfg) if gpu else None
     types = cfg.cluster.node_types
     fits = tuple(fit(n, tp, cfg.replicas.num_cpus, accel, gpu) for n in types if n.gpus or not gpu)
@@ -190,7 +205,7 @@ def _shape_findings(cfg: FleetConfig) -> list[Finding]:
     """TP against the node types' GPUs and accelerators (only for a vLLM fleet)."""
     if not uses_gpus(cfg):
         return []
-    tp, gpus = cfg.engine.tensor_parallel_size, gpu_types(cfg)
+    tp, gpus = gpus_per_replica(cfg), gpu_types(cfg)
     if not gpus:
         return [
             Finding("cluster.node_types", "no node type has GPUs: vLLM replicas need them", True)
@@ -199,19 +214,30 @@ def _shape_findings(cfg: FleetConfig) -> list[Finding]:
     if tp > biggest.gpus:
         return [
             Finding(
-                "engine.tensor_parallel_size",
-                f"TP {tp} needs {tp} GPUs on one node (STRICT_PACK: tensor parallelism never crosses nodes); the largest node type, {biggest.name}, has {biggest.gpus}",
+                gpu_path(cfg),
+                f"a replica's {tp} GPUs must be on one node (STRICT_PACK: tensor parallelism never crosses nodes); the largest node type, {biggest.name}, has {biggest.gpus}",
                 True,
             )
         ]
     fitting = [(i, n) for i, n in gpus if n.gpus >= tp]
+    want = cfg.replicas.accelerator_type
+    if want:
+        if not any(n.accelerator_type == want for _, n in fitting):
+            return [
+                Finding(
+                    "replicas.accelerator_type",
+                    f"no node type with {tp}+ GPUs has accelerator {want}",
+                    True,
+                )
+            ]
+        return []
     if len({n.accelerator_type for _, n in fitting}) > 1:
         i = fitting[-1][0]
         kinds = ", ".join(sorted({str(m.accelerator_type) for _, m in fitting}))
         return [
             Finding(
                 f"cluster.node_types[{i}].accelerator_type",
-                f"node types that hold a TP {tp} replica have different accelerators ({kinds}); a replica asks for one accelerator_type: one fleet per GPU model",
+                f"node types that hold a {tp}-GPU replica have different accelerators ({kinds}); a replica asks for one accelerator_type: one fleet per GPU model",
                 True,
             )
         ]
@@ -221,7 +247,7 @@ def _shape_findings(cfg: FleetConfig) -> list[Finding]:
 def _fit_warnings(cfg: FleetConfig, fits: tuple[NodeFit, ...], high: int) -> list[Finding]:
     out = []
     index = {n.name: i for i, n in enumerate(cfg.cluster.node_types)}
-    tp = cfg.engine.tensor_parallel_size
+    tp = gpus_per_replica(cfg)
     for f in fits:
         path = f"cluster.node_types[{index[f.node_type]}]"
         if not f.per_node:
@@ -231,7 +257,7 @@ def _fit_warnings(cfg: FleetConfig, fits: tuple[NodeFit, ...], high: int) -> lis
             out.append(
                 Finding(
                     f"{path}.gpus",
-                    f"{idle} of {f.gpus} GPUs on each {f.node_type} stay idle (TP {tp})",
+                    f"{idle} of {f.gpus} GPUs on each {f.node_type} stay idle ({tp} per replica)",
                     False,
                 )
             )

@@ -65,10 +65,28 @@ def test_nodes_for_max_replicas(tp: int, gpus: int, nodes: int | None) -> None:
     assert dict(row.nodes_with_headroom) == {f"gpu-{gpus}x": -(-10 // per_node)}
 
 
-def test_every_bundle_asks_the_accelerator_like_ray_does() -> None:
+def test_every_gpu_bundle_asks_the_accelerator_like_ray_does() -> None:
     row = run(fleet(2, [node("gpu-4x", 4, "A100")])).rows[0]
-    assert all(b["accelerator_type:A100"] == 0.001 for b in row.bundles)
-    assert row.bundles[0]["CPU"] == 1.0
+    assert all(b["accelerator_type:A100"] == 0.001 for b in row.bundles[1:])
+    assert row.bundles[0] == {"CPU": 1.0}
+
+
+def test_an_explicit_accelerator_picks_the_node_types() -> None:
+    data = fleet(1, [node("l4", 1, "L4"), node("a10g", 1, "A10G")])
+    data["replicas"] = {"accelerator_type": "A10G"}
+    p = run(data)
+    assert not p.refused
+    assert dict(p.rows[0].nodes) == {"a10g": 8}
+    data["replicas"] = {"accelerator_type": "H100"}
+    assert paths(run(data)) == ["replicas.accelerator_type"]
+
+
+def test_a_simulated_fleet_reserving_logical_gpus_is_planned_like_one() -> None:
+    data = fleet(1, [node("gpu-4x", 4)])
+    data["engine"] = {"type": "sim"}
+    data["replicas"] = {"num_gpus": 2}
+    row = run(data).rows[0]
+    assert dict(row.nodes) == {"gpu-4x": 4}
 
 
 def test_cpus_also_limit_replicas_per_node() -> None:
