@@ -20,7 +20,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from cluster.deploy.settings import ClusterSection
+from cluster.cluster_settings import ClusterSection
 
 
 class _Strict(BaseModel):
