@@ -1,0 +1,1 @@
+"""JSON schemas llmfleet keeps for the files it renders (package data)."""
