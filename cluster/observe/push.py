@@ -1,6 +1,9 @@
 """``llmfleet dashboards push``: upload the generated Grafana dashboards to a Grafana server.
 
-Calls made (Grafana's HTTP API through ``grafana-client``, bearer-token auth):
+Calls made (Grafana's HTTP API, bearer-token auth, with ``httpx``; ``grafana-client`` was
+tried first and dropped: it depends on ``niquests``, whose ``urllib3-future`` replaces the
+``urllib3`` package of the whole environment and broke ``requests`` users such as
+``schemathesis``):
 
     GET  /api/folders              find the folder by uid or title
     POST /api/folders              create it when missing ({title, uid})
@@ -118,12 +121,54 @@ def dashboard_url(grafana_url: str, path: str) -> str:
     return base + path
 
 
+class GrafanaError(Exception):
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class GrafanaHTTP:
+    """The three calls ``push`` makes, on Grafana's HTTP API."""
+
+    def __init__(self, url: str, token: str, timeout: float) -> None:
+        import httpx
+
+        self.client = httpx.Client(
+            base_url=url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=timeout,
+        )
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        resp = self.client.request(method, path, json=body)
+        if resp.status_code >= 400:
+            try:
+                message = str(resp.json().get("message", ""))
+            except ValueError:
+                message = resp.text[:200]
+            raise GrafanaError(resp.status_code, message)
+        return resp.json()
+
+    def get_all_folders(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/api/folders"))
+
+    def create_folder(self, title: str, uid: str) -> dict[str, Any]:
+        return dict(self._call("POST", "/api/folders", {"title": title, "uid": uid}))
+
+    def update_dashboard(self, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self._call("POST", "/api/dashboards/db", body))
+
+    def close(self) -> None:
+        self.client.close()
+
+
 def ensure_folder(api: Any, title: str) -> str:
     uid = folder_uid(title)
-    for folder in api.folder.get_all_folders():
+    for folder in api.get_all_folders():
         if folder.get("uid") == uid or folder.get("title") == title:
             return str(folder["uid"])
-    created = api.folder.create_folder(title, uid=uid)
+    created = api.create_folder(title, uid=uid)
     return str(created.get("uid", uid))
 
 
@@ -143,7 +188,7 @@ def push(
             if not count:
                 print(f"llmfleet: {path.name} has no datasource variable", file=sys.stderr)
         body["id"] = None  # matched by uid; a numeric id from another Grafana would clash
-        answer = api.dashboard.update_dashboard(
+        answer = api.update_dashboard(
             {"dashboard": body, "folderUid": uid, "overwrite": True, "message": "llmfleet push"}
         )
         title = str(body.get("title", path.stem))
@@ -152,38 +197,35 @@ def push(
 
 
 def _explain(err: Exception, grafana_url: str) -> str:
-    import niquests
-    from grafana_client.client import GrafanaException, GrafanaTimeoutError
+    import httpx
 
-    if isinstance(err, GrafanaTimeoutError):
+    if isinstance(err, httpx.TimeoutException):
         return f"Grafana at {grafana_url} timed out"
-    if isinstance(err, GrafanaException):
-        status = err.status_code
+    if isinstance(err, GrafanaError):
+        status = err.status
         if status == 401:
             return f"Grafana at {grafana_url} answered 401 Unauthorized: check the token"
         if status == 403:
             return f"Grafana at {grafana_url} answered 403 Forbidden: the token lacks the rights (Editor or Admin)"
-        if status:
-            return f"Grafana at {grafana_url} answered {status}: {err.message}"
-        return f"Grafana at {grafana_url}: {err.message}"
-    if isinstance(err, niquests.exceptions.RequestException):
+        return f"Grafana at {grafana_url} answered {status}: {err.message}"
+    if isinstance(err, httpx.HTTPError):
         return f"Grafana at {grafana_url} is unreachable ({type(err).__name__})"
     return f"Grafana at {grafana_url}: unexpected answer ({type(err).__name__})"
 
 
 def run(args: argparse.Namespace) -> int:
-    from grafana_client import GrafanaApi
-
     try:
         token = read_token(args.token_file, allow_insecure=args.allow_insecure_token_file)
         dashboards = load_dashboards(args.dir)
         if urlsplit(args.grafana_url).scheme not in ("http", "https"):
             raise PushError(f"--grafana-url {args.grafana_url!r} is not an http(s) URL")
-        api = GrafanaApi.from_url(args.grafana_url, credential=token, timeout=args.timeout)
+        api = GrafanaHTTP(args.grafana_url, token, args.timeout)
         try:
             pushed = push(api, args.grafana_url, dashboards, args.folder, args.datasource_uid)
-        except Exception as err:  # grafana-client and niquests errors, explained below
+        except Exception as err:  # HTTP and Grafana errors, explained below
             raise PushError(_explain(err, args.grafana_url)) from None
+        finally:
+            api.close()
     except PushError as err:
         print(f"llmfleet: {err}", file=sys.stderr)
         return 1
