@@ -195,7 +195,7 @@ def test_worker_types_advertise_rays_accelerator_resource() -> None:
     doc = cluster_yaml(example("gcp"))
     gpu = doc["available_node_types"]["gpu-4x-a100"]
     assert gpu["resources"] == {"CPU": 48, "GPU": 4, f"{RESOURCE_CONSTRAINT_PREFIX}A100": 1}
-    assert (gpu["min_workers"], gpu["max_workers"]) == (1, 3)
+    assert (gpu["min_workers"], gpu["max_workers"]) == (1, 4)
     assert gpu["node_config"]["scheduling"] == {"onHostMaintenance": "TERMINATE"}
     assert "guestAccelerators" not in gpu["node_config"]  # a2 machines carry their GPUs
     n1 = cluster_yaml(example("gcp", node_types=[_gpu("n1-standard-16", "T4")]))
