@@ -19,6 +19,7 @@ INGRESS_DEPLOYMENT = "OpenAIIngress"
 KV_EVENTS_ENDPOINT = "ipc:///tmp/llmfleet-kv-{replica_id}"  # one ZMQ publisher per replica (binds)
 CPU_BLOCK_SIZE = 128  # vLLM-CPU's default KV block
 GPU_BLOCK_SIZE = 16
+OBJECT_STORE_SCHEMES = ("s3://", "gs://")  # weights vLLM's runai_streamer loader streams
 NULL_BLOCK_SIZE = 16  # no KV cache; the routers' prefix hashing still needs a block
 
 
@@ -88,6 +89,9 @@ def _engine_spec(cfg: FleetConfig, model_dir: str) -> dict[str, Any]:
     )
     if v.kv_events or cfg.routing.policy == "prefix-precise":
         settings["kv_events_endpoint"] = KV_EVENTS_ENDPOINT  # filled with the replica id
+    uri = cfg.cluster.weights_uri
+    if uri and uri.startswith(OBJECT_STORE_SCHEMES):  # a path needs nothing: model.path is it
+        settings["weights_uri"] = uri
     return {"type": "vllm", "settings": settings}
 
 

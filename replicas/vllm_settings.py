@@ -31,6 +31,9 @@ class VLLMSettings:
     gpu_memory_utilization: float = 0.9
     kv_events_endpoint: str | None = None  # e.g. "ipc:///tmp/llmfleet-kv-<replica>"
     ray_metrics: bool = False  # export vllm:* metrics through Ray (inside Serve replicas)
+    # s3:// or gs:// weights streamed by vLLM's own loader (runai_streamer); the config and
+    # tokenizer still come from ``model_path`` (the ingress tokenizes with them too)
+    weights_uri: str | None = None
     # any other engine argument, checked at config load (replicas/engine_args.py)
     engine_args: dict[str, Any] = field(default_factory=dict)
 
@@ -82,6 +85,9 @@ def engine_kwargs(s: VLLMSettings, gpu: bool) -> dict[str, Any]:
     )
     if s.block_size:
         kwargs["block_size"] = s.block_size
+    if s.weights_uri:
+        kwargs["model"] = s.weights_uri
+        kwargs["load_format"] = "runai_streamer"
     if s.tensor_parallel_size > 1:
         kwargs["distributed_executor_backend"] = "ray"
     if gpu:

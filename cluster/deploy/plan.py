@@ -295,7 +295,7 @@ def _notes(cfg: FleetConfig) -> list[str]:
     c = cfg.cluster
     uri = c.weights_uri
     if uri and uri.split("://", 1)[0] in ("s3", "gs"):
-        weights = f"weights: {uri} is streamed by vLLM's loader (runai_streamer) on each GPU node"
+        weights = f"weights: {uri} is streamed by vLLM's loader (runai_streamer) on each GPU node (vLLM's runai extra: add `pip install 'vllm[runai]==0.32.0'` to cluster.setup_commands unless the image has it)"
     elif uri:
         weights = f"weights: {uri} must be present on every GPU node (local or shared path)"
     else:

@@ -89,6 +89,8 @@ def app_args(cfg: FleetConfig, version: str) -> dict[str, Any]:
         data["server"]["ingress_replicas"] = ingress_replicas(cfg)
     if uses_gpus(cfg) and cfg.engine.vllm.block_size is None:
         data["engine"]["vllm"]["block_size"] = GPU_BLOCK_SIZE
+    if cfg.cluster.weights_uri:  # the one cluster field the replicas read (object-store weights)
+        data["cluster"] = {"weights_uri": cfg.cluster.weights_uri}
     return {"config": data, "llmfleet_version": version}
 
 

@@ -70,3 +70,25 @@ def test_openai_layer_flags_carry_the_model_section() -> None:
     default = openai_argv(s, False, engine_spec(parse_config({}), "/models/m")["openai"])
     assert "--tool-strict-level" not in default
     assert "--enable-auto-tool-choice" not in default
+
+
+def test_object_store_weights_are_streamed_by_vllms_loader() -> None:
+    s = VLLMSettings(model_path="/models/llama", weights_uri="s3://bucket/llama")
+    kw = engine_kwargs(s, gpu=True)
+    assert kw["model"] == "s3://bucket/llama"
+    assert kw["load_format"] == "runai_streamer"
+    assert kw["tokenizer"] == "/models/llama"  # config and tokenizer stay local
+    assert "load_format" not in engine_kwargs(VLLMSettings(model_path="/models/llama"), gpu=True)
+
+
+def test_the_cluster_weights_uri_reaches_the_engine_only_for_object_stores() -> None:
+    from cluster.app import engine_spec
+    from cluster.config import parse_config
+
+    def spec(uri: str | None) -> dict:
+        cfg = parse_config({"cluster": {"weights_uri": uri}})
+        return engine_spec(cfg, "/models/x")["settings"]
+
+    assert spec("gs://b/x")["weights_uri"] == "gs://b/x"
+    assert "weights_uri" not in spec("/shared/models/x")  # a path: model.path is read there
+    assert "weights_uri" not in spec(None)
