@@ -43,7 +43,7 @@ def test_gpu_placement_and_live_fields() -> None:
     assert "max_replicas" not in asc["policy"]["policy_kwargs"]["config"]
     assert ingress == {"name": "OpenAIIngress", "num_replicas": 1}
     config = app["args"]["config"]
-    assert config["cluster"] == {"weights_uri": "gs://my-models/qwen3-32b"}  # only what replicas read
+    assert config["cluster"] == {"weights_uri": "gs://my-models/qwen3-32b"}  # read by replicas
     assert "max_replicas" not in config["autoscaling"]
     assert "num_replicas" not in config["replicas"]
     assert config["engine"]["vllm"]["block_size"] == 16  # the GPU block, not the build node's
