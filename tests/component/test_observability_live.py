@@ -137,9 +137,32 @@ def test_every_catalogue_metric_is_exported(live: dict[str, Any]) -> None:
     )
 
 
+def _live_ingresses() -> list[str]:
+    """Names of this app's ingress replica actors now alive (Ray's agent keeps exporting the
+    last values of earlier apps' replicas in this session, and they can still change)."""
+    from ray._private import state  # the GCS's actor table (no dashboard needed)
+
+    from cluster.app import INGRESS_DEPLOYMENT
+
+    actors = state.actors().values()
+    return [
+        str(a["Name"])
+        for a in actors
+        if a.get("State") == "ALIVE" and f"#{INGRESS_DEPLOYMENT}#" in str(a.get("Name"))
+    ]
+
+
 def _by_outcome(prom: PrometheusServer) -> dict[str, float]:
-    rows = prom.query(f"sum by (outcome) ({M.prom(M.REQUESTS)})")
-    return {r["metric"]["outcome"]: float(r["value"][1]) for r in rows}
+    """Requests by outcome counted by this app's live ingress replicas only."""
+    names = _live_ingresses()
+    rows = prom.query(f"sum by (outcome, replica) ({M.prom(M.REQUESTS)})")
+    out: dict[str, float] = {}
+    for r in rows:
+        replica = r["metric"].get("replica", "")
+        if replica and any(name.endswith(replica) for name in names):
+            outcome = r["metric"]["outcome"]
+            out[outcome] = out.get(outcome, 0.0) + float(r["value"][1])
+    return out
 
 
 def _delta(now: dict[str, float], before: dict[str, float]) -> dict[str, float]:
