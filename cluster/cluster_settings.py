@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from cluster.settings_base import Strict as _Strict
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$"
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class NodeType(_Strict):

@@ -9,7 +9,7 @@ arrival in the ingress handler to the last byte relayed:
   not ask for usage, the ingress asks for it (``stream_options.include_usage``, see
   ``request_prep.py``) and the meter removes that usage-only event before the client sees
   it — so token counts are the engine's, not a count of chunks;
-- the end: ``classify`` (``contracts/metrics.py``) turns status, timings and output tokens
+- the end: ``classify`` (``contracts/outcomes.py``) turns status, timings and output tokens
   into an outcome against ``slo``; the outcome counter is live goodput.
 
 Recording happens once, at the end of the request (ITL gaps are kept in a list and observed
@@ -27,6 +27,7 @@ from typing import Any
 
 from contracts import metrics as M
 from contracts.metrics import start_at_zero
+from contracts.outcomes import OUTCOMES, classify
 from replicas.metrics import ray_metric
 
 log = logging.getLogger("llmfleet.edge")
@@ -163,7 +164,7 @@ class EdgeMetrics:
         self.output_tokens = factory(M.REQUEST_OUTPUT_TOKENS)
         # every outcome's series exists from the start: a series that first appears with
         # a value N loses those N events to increase() and rate()
-        for outcome in M.OUTCOMES:
+        for outcome in OUTCOMES:
             start_at_zero(self.requests, {**self.tags, "outcome": outcome})
             start_at_zero(self.output_tokens, {**self.tags, "outcome": outcome})
         start_at_zero(self.prompt_tokens, self.tags)
@@ -174,7 +175,7 @@ class EdgeMetrics:
             rec.end = rec.last_at if rec.streamed and rec.last_at is not None else clock()
         if rec.streamed and not rec.output_tokens:
             rec.output_tokens = rec.chunks  # no usage event: a chunk per token, at least
-        outcome = M.classify(
+        outcome = classify(
             status=rec.status,
             ttft_s=rec.ttft_s if rec.streamed else None,
             e2e_s=rec.e2e_s,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from cluster.config import SLOConfig
 from contracts import metrics as M
+from contracts.outcomes import SLO_OUTCOMES
 
 RATE = "$__rate_interval"
 BUDGET_WINDOW = "30d"
@@ -109,12 +110,12 @@ def attainment(metric: M.Metric, var: str, by: tuple[str, ...] = (), window: str
 
 def goodput(by: tuple[str, ...] = (), window: str = RATE) -> str:
     good = sum_rate(M.REQUESTS, 'outcome="good"', by=by, window=window)
-    return ratio(good, sum_rate(M.REQUESTS, outcome_in(M.SLO_OUTCOMES), by=by, window=window))
+    return ratio(good, sum_rate(M.REQUESTS, outcome_in(SLO_OUTCOMES), by=by, window=window))
 
 
 def availability_bad(window: str = RATE) -> str:
     bad = sum_rate(M.REQUESTS, outcome_in(("error", "rejected")), window=window)
-    return ratio(bad, sum_rate(M.REQUESTS, outcome_in(M.SLO_OUTCOMES), window=window))
+    return ratio(bad, sum_rate(M.REQUESTS, outcome_in(SLO_OUTCOMES), window=window))
 
 
 def bad_shares(slo: SLOConfig, window: str) -> list[tuple[str, str, float]]:

@@ -40,11 +40,11 @@ from contracts.metrics import (
     REPLICA_HEALTHY,
     REQUEST_OUTPUT_TOKENS,
     REQUESTS,
-    SLO_OUTCOMES,
     TTFT,
     Metric,
     prom,
 )
+from contracts.outcomes import SLO_OUTCOMES
 
 if TYPE_CHECKING:
     from cluster.config import SLOConfig

@@ -39,7 +39,8 @@ from textwrap import indent
 from cluster.config import FleetConfig
 from cluster.observe.promql import le_label
 from cluster.observe.rulefile import Alert, Record
-from contracts.metrics import REQUESTS, SLO_OUTCOMES, TPOT, TTFT, Metric, prom
+from contracts.metrics import REQUESTS, TPOT, TTFT, Metric, prom
+from contracts.outcomes import SLO_OUTCOMES
 
 RATIO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 GOODPUT_WINDOWS = ("5m", "1h")

@@ -12,6 +12,7 @@ import pytest
 from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage
 from cluster.request_prep import ask_usage
 from contracts import metrics as M
+from contracts.outcomes import classify
 
 SLO = {"ttft_slo_s": 1.0, "tpot_slo_s": 0.1}
 
@@ -39,7 +40,7 @@ def ev(obj: dict[str, Any]) -> bytes:
     ],
 )  # fmt: skip
 def test_classify(kw: dict[str, Any], outcome: str) -> None:
-    assert M.classify(**kw, **SLO) == outcome
+    assert classify(**kw, **SLO) == outcome
 
 
 class Clock:

@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from cluster.app import engine_spec
-from cluster.config import VLLMArgs, parse_config
+from cluster.config import parse_config
+from cluster.engine_settings import VLLMArgs
 from replicas.vllm_settings import VLLMSettings, engine_kwargs, server_argv
 
 
