@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Any
 
+from cluster.edge_metrics import body_usage
 from cluster.keys import ApiKey, KeyStore, bearer_token
 from cluster.quotas import QuotaLimiter, Ticket
 from contracts.http import APIError
@@ -100,10 +100,5 @@ class Guard:
 
 def usage_tokens(body: bytes) -> int | None:
     """prompt + completion tokens of a JSON answer's ``usage`` (None when absent)."""
-    import json
-
-    try:
-        usage: Any = json.loads(body).get("usage")
-        return int(usage["prompt_tokens"]) + int(usage["completion_tokens"])
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
+    found = body_usage(body)
+    return None if found is None else sum(found)

@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 
 from cluster.breaker import CircuitBreaker
 from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage
-from cluster.guard import Guard, Pass, usage_tokens
+from cluster.guard import Guard, Pass
 from cluster.openapi_spec import build_openapi
 from cluster.relay import Relay, RelaySettings, Started
 from cluster.request_prep import GENERATE_PATHS, Limits, Prepared, prepare, resubmit
@@ -260,9 +260,10 @@ class OpenAIIngress:
         except BaseException:
             self.guard.settle(grant, None)  # charged in full: the work may have been done
             raise
-        self.guard.settle(grant, usage_tokens(data))  # unused output tokens refunded
+        usage = body_usage(data)  # parsed once: quotas and the edge metrics
+        self.guard.settle(grant, None if usage is None else sum(usage))  # unused refunded
         if rec is not None and self.edge is not None:
-            rec.prompt_tokens, rec.output_tokens = body_usage(data) or (0, 0)
+            rec.prompt_tokens, rec.output_tokens = usage or (0, 0)
             self.edge.finish(rec)
         return Response(
             data,

@@ -24,7 +24,7 @@ import pytest
 
 from cluster.observe.prometheus import PrometheusServer, available
 from contracts import metrics as M
-from tests.serve_fixtures import TEST_METRICS_PORT, TEST_URL, delete_app, deploy_app
+from tests.serve_fixtures import TEST_METRICS_PORT, TEST_URL, delete_app, deploy_app, sim_fleet
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
 
@@ -40,25 +40,11 @@ NOT_EXPECTED_SERIES = {M.prom(M.ROUTER_KV_EVENTS)}
 
 
 def fleet() -> dict[str, Any]:
+    cfg = sim_fleet(1, speed=1.0, kv_capacity_tokens=12_000)
+    cfg["engine"]["sim"]["max_num_seqs"] = 2  # the rest wait in the engine: a queue to scale on
+    cfg["replicas"].update(max_ongoing_requests=6, max_queued_requests=4)
     return {
-        "engine": {
-            "type": "sim",
-            "sim": {
-                "hardware": "cpu",
-                "model_profile": "smollm2-135m",
-                "speed": 1.0,
-                "block_size": 16,
-                "kv_capacity_tokens": 12_000,
-                "max_num_seqs": 2,  # the rest wait in the engine: a queue the autoscaler sees
-            },
-        },
-        "replicas": {
-            "num_replicas": 1,
-            "num_cpus": 0.1,
-            "max_ongoing_requests": 6,
-            "max_queued_requests": 4,
-        },
-        "routing": {"policy": "prefix", "stats_period_s": 0.2},
+        **cfg,
         "autoscaling": {
             "enabled": True,
             "policy": "ttft-queue",
