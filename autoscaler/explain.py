@@ -12,7 +12,8 @@ reason of a move. Names are stable (dashboards and alerts key on them) and carry
     ttft_p95_s                      worst observed TTFT P95 of a busy replica     yes
     prefill_backlog_s               queued prefill work per replica              ttft-queue
     prefill_arrival_ratio           sustained prefill arrivals per replica       ttft-queue
-    burst_arrival_ratio             held burst rate per replica (burst_hold_s)   ttft-queue
+    burst_reserve_replicas          replicas the last hour's bursts call for      ttft-queue
+    boot_s                          measured replica boot time (prior: 30 s)     ttft-queue
     utilization_ratio               mean max(busy fraction, KV usage)            utilization
 
 Reasons (``Explanation.reason``) of a move: ``bounds`` (outside min/max), ``pending_requests``

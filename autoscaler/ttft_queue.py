@@ -9,54 +9,46 @@ Signals and their smoothing live in ``ttft_signals.py``; knobs and state in ``tt
 ``explain`` reports them per replica against their targets, with the term that drove a move
 (``cause``: queue_delay, arrival_rate, burst_reserve, pending_requests, slo_headroom, bounds).
 
-Rule (budget ``B = headroom * ttft_slo_s``; all work in replica-seconds)
+Self-tuning: the knobs are the SLO (``ScalingConfig.ttft_slo_s``), the target attainment
+(the risk), min/max replicas and cool-downs (``TTFTQueueParams``). What the rule needs
+beyond them is measured (``ttft_measure``, ``derive``): the replicas' boot time (from this
+policy's own up-moves to the replicas reporting), the prefill rate (the engines' own), the
+mean prefill time of one request (from the engines' arrival counters) and the arrival
+process's burstiness over the last hour. The constants in ``ttft_types`` are parts of the
+rule, not settings (hysteresis ratios, smoothing), and the same on every workload.
+
+Rule (budget ``B = SLO - 2 x mean prefill``, at least 0.25 x SLO; all work in replica-seconds)
 - Up, fast and proportional: ``need`` = the largest of the terms below and, if
   ``need > current``, jump straight to it (bounded by max), not one replica at a time.
-  ``need_queue = ceil(max(0, W - n * boot_s) / B)``: replicas that could drain the backlog
+  ``need_queue = ceil(max(0, W - n * boot) / B)``: replicas that could drain the backlog
   ``W`` within the budget, counting only the work the ``n`` reporting replicas have not
-  drained by the time new ones boot (``boot_s``, default 0: a burst the fleet drains
-  before a new replica serves is no reason to pay for one). ``need_rate = ceil(arrival /
-  up_utilization) + blocked``: arrival = EWMA (``growth_tau_s``) of prefill busy (prefill
-  load / rate, summed; load as reported, else from the engines' token counters, see
-  ``prefill_load.py``) plus the queue's growth rate, i.e. the prefill capacity the incoming
-  stream uses; ``blocked`` = replicas whose own queue exceeds ``blocked_factor * B``,
-  which a queue-aware router will not give new work.
-- Burst reserve (``burst_hold_s``, off by default), for traffic that comes in bursts of
-  seconds, minutes apart, when a replica boots slower than a burst builds:
-  ``need_burst = ceil(F / burst_utilization)`` with ``F`` the largest ``fast`` arrival
-  rate (EWMA over ``fast_tau_s``) of the last ``burst_hold_s`` that was *transient*. A jump
-  is either a level shift (a step: the rate follows it and stays) or a burst (over in
-  seconds, likely to come back); the two look the same when they start, so every jump is
-  held at first, and a peak is released as soon as the minute-scale rate (EWMA over
-  ``level_tau_s``) reaches ``level_shift`` times it: a step then costs a reserve for a
-  minute or two and the sustained terms carry it, while bursty traffic keeps capacity for
-  its largest recent burst between bursts. It is sized on the peak rate itself: a burst
-  lands on a fleet that, between bursts, sees almost no load.
+  drained by the time new ones boot (measured boot; 0 before one is measured).
+  ``need_rate = ceil(arrival / rho_up) + blocked``: arrival = EWMA (over half a boot,
+  3-15 s) of the prefill work reaching the engines per second; ``rho_up = B / (B + s)``
+  (``s`` the mean prefill: the M/G/1 wait at that utilisation is about ``B``), at most
+  0.9; ``blocked`` = replicas whose own queue exceeds ``B``, which a queue-aware router
+  will not give new work.
+- Burst reserve: a replica started now serves only one boot later, so the fleet that is
+  running must absorb what arrives meanwhile. ``need_burst`` = the smallest fleet that
+  would have absorbed, without a boot, all but ``1 - target_attainment`` of the last
+  hour's work (``ttft_measure.reserve``): it is sized by measurement, and falls once
+  bursts leave the hour.
 - No compounding: ``current`` counts starting replicas, and after an up-move the backlog
-  term is ignored while the new replicas boot (at most ``startup_grace_s``) and for
-  ``settle_s`` after they all report — the backlog keeps growing mechanically until they
-  serve, and queued requests do not migrate to new replicas anyway. It is also ignored
-  while the queue already drains.
-- Down, exact: the target is the smallest ``m`` (not below ``need``) for which, spread
-  over ``m``, the backlog stays under ``down_queue_fraction * B``, prefill utilisation and
-  sustained arrivals under ``down_utilization`` and KV usage under ``down_kv_usage``, and
-  no busy replica's observed TTFT P95 exceeds the SLO. The condition must hold for
-  ``downscale_stable_s``; then go there in one move (``max_downscale_step`` caps it, 0 = no
-  cap), at most once per ``downscale_cooldown_s`` after any move. No up-move within
-  ``upscale_cooldown_s`` after a down-move. Up and down thresholds differ (``up_utilization``
-  0.9 vs ``down_utilization`` 0.5, B vs 0.5 B): hysteresis.
+  term is ignored while the new replicas boot (at most 3 boots, 60 s at least) and for
+  ``SETTLE_S`` after they all report. It is also ignored while the queue already drains.
+- Down, exact: the target is the smallest ``m`` (not below ``need``, so not below the
+  reserve) for which, spread over ``m``, the backlog stays under ``0.5 B``, prefill
+  utilisation and sustained arrivals under ``rho_down = 0.55 rho_up``, KV usage under
+  0.75, and no busy replica's observed TTFT P95 exceeds the SLO. The condition must hold
+  for ``downscale_stable_s``; then go there in one move, at most once per
+  ``downscale_cooldown_s`` after any move. No up-move within ``upscale_cooldown_s`` after a
+  down-move.
 - Zero: with ``min_replicas == 0`` the last replica goes only when nothing is waiting or
   running; ``pending_requests > 0`` brings one back at once.
 
-Knobs (``TTFTQueueParams``, defaults there) that switch a mechanism off by default, and why
-each stays: ``burst_hold_s`` (with ``burst_utilization``, ``fast_tau_s``, ``level_tau_s``,
-``level_shift``) and ``boot_s`` are part of the tuned virtual-time setting whose results
-docs/results/autoscale-sim.md quotes (and ``boot_s`` of the live one); ``max_downscale_step``
-measurably helps the untuned defaults on bursty traffic (same file, Notes) and is the
-usual guard against one wrong down-move. Removed as never shown to help: a surge reserve
-on the arrival rate's jump, a peak hold of ``need``, and a prompt-size estimate for
-requests held at the ingress (docs/results/autoscale-sim.md, "Design notes moved from
-code").
+What it cannot do: a burst larger than anything in the last hour lands on the fleet the
+hour justified; a reactive policy cannot serve it from replicas that boot after it
+(``experiments/autoscaling/reach.py`` measures that bound on a trace).
 """
 
 from __future__ import annotations
@@ -67,18 +59,55 @@ from dataclasses import dataclass, replace
 from autoscaler.common import clamp, floor_for_pending, parse_params
 from autoscaler.explain import STEADY
 from autoscaler.prefill_load import prefill_loads
-from autoscaler.ttft_signals import (
-    Load,
-    held_burst,
-    measure,
-    track_bursts,
-    track_growth,
-    track_settling,
+from autoscaler.ttft_measure import PRIOR_BOOT_S, boot_estimate, track_boot
+from autoscaler.ttft_signals import Load, measure, track_growth, track_settling
+from autoscaler.ttft_types import (
+    DOWN_KV_USAGE,
+    DOWN_QUEUE_FRACTION,
+    DOWN_RATIO,
+    HEADROOM,
+    LOAD_WINDOW_S,
+    MAX_TAU_S,
+    MAX_UTILIZATION,
+    MIN_BUDGET,
+    MIN_GRACE_S,
+    MIN_TAU_S,
+    OWN_PREFILLS,
+    Derived,
+    TTFTQueueParams,
+    TTFTQueueState,
 )
-from autoscaler.ttft_types import TTFTQueueParams, TTFTQueueState
 from autoscaler.types import Explanation, MetricsSnapshot, ScalingConfig
+from contracts.stats import PRIOR_PREFILL_TOKENS_PER_S
 
-__all__ = ["TTFTQueueParams", "TTFTQueuePolicy", "TTFTQueueState"]
+__all__ = ["TTFTQueueParams", "TTFTQueuePolicy", "TTFTQueueState", "derive"]
+
+
+def derive(p: TTFTQueueParams, state: TTFTQueueState, slo_s: float) -> Derived:
+    """This decision's values from the knobs and what has been measured so far.
+
+    Queueing budget ``B = SLO - OWN_PREFILLS x s`` (``s`` the mean prefill of one request;
+    ``HEADROOM x SLO`` before it is measured). Utilisation target from the M/G/1 wait
+    ``W ~ s x rho / (1 - rho)`` (exponential-like service times) kept under ``B``:
+    ``rho = B / (B + s)``, at most ``MAX_UTILIZATION``; going down ``DOWN_RATIO`` of it."""
+    measured = boot_estimate(state.boot_samples)
+    boot = PRIOR_BOOT_S if measured is None else measured
+    s = state.prompt_s
+    if s is None:
+        budget, up = HEADROOM * slo_s, MAX_UTILIZATION
+    else:
+        budget = max(MIN_BUDGET * slo_s, slo_s - OWN_PREFILLS * s)
+        up = min(MAX_UTILIZATION, budget / (budget + s)) if s > 0 else MAX_UTILIZATION
+    return Derived(
+        boot_s=boot,
+        drain_credit_s=measured or 0.0,
+        growth_tau_s=min(MAX_TAU_S, max(MIN_TAU_S, boot / 2.0)),
+        startup_grace_s=max(MIN_GRACE_S, 3.0 * boot),
+        risk=max(0.0, 1.0 - p.target_attainment),
+        budget=budget,
+        up_utilization=up,
+        down_utilization=DOWN_RATIO * up,
+    )
 
 
 class TTFTQueuePolicy:
@@ -91,15 +120,17 @@ class TTFTQueuePolicy:
         self, snapshot: MetricsSnapshot, config: ScalingConfig, state: TTFTQueueState
     ) -> tuple[int, TTFTQueueState]:
         p = parse_params(TTFTQueueParams, config.params, self.name)
-        budget = p.headroom * config.ttft_slo_s
-        fallback = p.prior_prefill_tokens_per_s if state.rate is None else state.rate
-        loads, counters = prefill_loads(snapshot, state.counters, p.load_window_s)
-        load = measure(snapshot, p, fallback, budget, loads)
-        new = replace(state, counters=counters, cause="")
-        new = track_settling(snapshot, p, load, track_growth(snapshot, p, load, new))
-        new = track_bursts(snapshot.now, p, new)
+        fallback = PRIOR_PREFILL_TOKENS_PER_S if state.rate is None else state.rate
+        loads, counters = prefill_loads(snapshot, state.counters, LOAD_WINDOW_S)
+        pending, samples = track_boot(snapshot, state.boot_pending, state.boot_samples)
+        new = replace(
+            state, counters=counters, cause="", boot_pending=pending, boot_samples=samples
+        )
+        dv = derive(p, new, config.ttft_slo_s)
+        load = measure(snapshot, fallback, dv.budget, loads, new.prompt_s or 0.0)
+        new = track_settling(snapshot, dv, load, track_growth(snapshot, dv, load, new))
         current = snapshot.current_replicas
-        d = _Inputs(snapshot, config, p, load, budget)
+        d = _Inputs(snapshot, config, p, dv, load, dv.budget)
         need, why, cause = _need(d, new)
         if current < config.min_replicas or current > config.max_replicas:
             return _move(max(need, clamp(current, config)), snapshot, new, "bounds", "bounds")
@@ -119,24 +150,25 @@ class TTFTQueuePolicy:
         ``burst_hold_s``, held burst) prefill arrivals against their utilisation targets; the
         SLO and KV limits a down-move respects. ``state`` is the one ``decide`` returned."""
         p = parse_params(TTFTQueueParams, config.params, self.name)
-        budget = p.headroom * config.ttft_slo_s
-        fallback = p.prior_prefill_tokens_per_s if state.rate is None else state.rate
-        loads, _ = prefill_loads(snapshot, state.counters, p.load_window_s)
-        load = measure(snapshot, p, fallback, budget, loads)
+        dv = derive(p, state, config.ttft_slo_s)
+        budget = dv.budget
+        fallback = PRIOR_PREFILL_TOKENS_PER_S if state.rate is None else state.rate
+        loads, _ = prefill_loads(snapshot, state.counters, LOAD_WINDOW_S)
+        load = measure(snapshot, fallback, budget, loads, state.prompt_s or 0.0)
         n = max(1, snapshot.current_replicas)
         signals = {
             "prefill_backlog_s": load.work_s / n,
             "prefill_arrival_ratio": (state.arrival or 0.0) / n,
+            "burst_reserve_replicas": float(state.reserve),
+            "boot_s": dv.boot_s,
         }
         targets = {
             "prefill_backlog_s": budget,
-            "prefill_arrival_ratio": p.up_utilization,
+            "prefill_arrival_ratio": dv.up_utilization,
             "ttft_p95_s": config.ttft_slo_s,
-            "kv_usage_ratio": p.down_kv_usage,
+            "kv_usage_ratio": DOWN_KV_USAGE,
+            "burst_reserve_replicas": float(snapshot.current_replicas),
         }
-        if p.burst_hold_s > 0:
-            signals["burst_arrival_ratio"] = held_burst(state, p.level_shift) / n
-            targets["burst_arrival_ratio"] = p.burst_utilization
         reason = STEADY if desired == snapshot.current_replicas else (state.cause or "policy")
         return Explanation(signals, targets, reason)
 
@@ -148,22 +180,22 @@ class _Inputs:
     snapshot: MetricsSnapshot
     config: ScalingConfig
     p: TTFTQueueParams
+    dv: Derived
     load: Load
-    budget: float  # headroom x SLO, seconds
+    budget: float  # queueing share of the SLO, seconds
 
 
 def _need(d: _Inputs, state: TTFTQueueState) -> tuple[int, str, str]:
     """Replicas needed: max of the backlog, arrival-rate and burst-reserve terms; with why
     (text) and the driving term's key."""
-    p, load, budget = d.p, d.load, d.budget
+    load, budget = d.load, d.budget
     arrival = state.arrival or 0.0
-    need_rate = math.ceil(arrival / p.up_utilization - 1e-9) + load.blocked
-    late = max(0.0, load.work_s - load.reporting * p.boot_s)  # still queued when new ones serve
+    need_rate = math.ceil(arrival / d.dv.up_utilization - 1e-9) + load.blocked
+    late = max(0.0, load.work_s - load.reporting * d.dv.drain_credit_s)  # queued when new serve
     need_queue = math.ceil(late / budget - 1e-9)
     if state.settling or state.growth < 0.0:
         need_queue = 0  # after an up-move, or while the queue already drains: trust the rate
-    burst = held_burst(state, p.level_shift) if p.burst_hold_s > 0 else 0.0
-    need_burst = math.ceil(burst / p.burst_utilization - 1e-9) if burst > 0 else 0
+    need_burst = state.reserve
     terms = (
         ("queue_delay", need_queue),
         ("arrival_rate", need_rate),
@@ -175,20 +207,20 @@ def _need(d: _Inputs, state: TTFTQueueState) -> tuple[int, str, str]:
         cause = "pending_requests"
     why = (
         f"up: {load.work_s:.2f}s prefill queued (budget {budget:.2f}s), arrivals "
-        f"{arrival:.2f} replicas, burst {burst:.2f} -> {need_burst}"
+        f"{arrival:.2f} replicas, burst reserve {need_burst} (boot {d.dv.boot_s:.0f}s)"
     )
     return need, why, cause
 
 
 def _fits(m: int, d: _Inputs, arrival: float) -> bool:
-    load, p = d.load, d.p
+    load = d.load
     if m == 0:  # scale to zero only when nothing at all is in flight or held
         pending = d.snapshot.pending_requests
         return load.work_s == 0 and load.ongoing == 0 and pending == 0 and load.reporting > 0
     return (
-        load.work_s / m <= p.down_queue_fraction * d.budget
-        and max(load.prefill_util, arrival) / m <= p.down_utilization
-        and load.kv / m <= p.down_kv_usage
+        load.work_s / m <= DOWN_QUEUE_FRACTION * d.budget
+        and max(load.prefill_util, arrival) / m <= d.dv.down_utilization
+        and load.kv / m <= DOWN_KV_USAGE
     )
 
 
@@ -197,8 +229,7 @@ def _down_target(d: _Inputs, state: TTFTQueueState, held: int = 0) -> int:
     current = d.snapshot.current_replicas
     if d.load.worst_p95_s > d.config.ttft_slo_s:
         return current
-    step = d.p.max_downscale_step if d.p.max_downscale_step > 0 else current
-    floor = max(d.config.min_replicas, current - step, held)
+    floor = max(d.config.min_replicas, held)
     arrival = state.arrival or 0.0
     target = current
     for m in range(current - 1, floor - 1, -1):
@@ -230,8 +261,9 @@ def _move(
     state = replace(state, reason=reason)
     if desired != current:
         state = replace(state, last_scale_at=now, cause=cause)
-    if desired > current:
-        state = replace(state, last_up_at=now, ready_at=None, settling=True)
+    if desired > current:  # time it until ``desired`` replicas report (ttft_measure)
+        pending = (now, desired)
+        state = replace(state, last_up_at=now, ready_at=None, settling=True, boot_pending=pending)
     elif desired < current:
-        state = replace(state, last_down_at=now)
+        state = replace(state, last_down_at=now, boot_pending=None)
     return desired, state

@@ -3,7 +3,7 @@
 ``TTFTQueueParams`` is the only route by which a knob reaches the policy: it is parsed from
 ``ScalingConfig.params`` (``common.parse_params``; an unknown key is an error naming these
 fields). ``TTFTQueueState`` is what one decision hands to the next; ``decide`` never
-mutates it. Sliding-window maxima are monotonic queues of tuples (see ``ttft_signals``).
+mutates it. ``Derived`` holds one decision's values computed from measurements.
 """
 
 from __future__ import annotations
@@ -12,39 +12,48 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.prefill_load import CounterBaseline
-from contracts.stats import PRIOR_PREFILL_TOKENS_PER_S
 
 
 @dataclass(frozen=True, slots=True)
 class TTFTQueueParams:
-    # budget and hysteresis
-    headroom: float = 0.7  # budget B = headroom x ttft_slo_s of queued prefill per replica
-    up_utilization: float = 0.9  # arrival-rate term: keep prefill utilisation under this
-    down_queue_fraction: float = 0.5  # down only if the backlog per replica stays < this x B
-    down_utilization: float = 0.5  # ... prefill utilisation and arrivals per replica < this
-    down_kv_usage: float = 0.75  # ... and KV usage per replica < this
-    blocked_factor: float = 1.0  # a replica queued beyond this many budgets takes no new work
-    # timing
+    """The knobs left: what the service promises, and how often the fleet may change.
+    Everything else is measured (boot time, prefill rate, burstiness; ``ttft_measure``) or
+    a fixed part of the rule (the constants in ``ttft_queue``)."""
+
+    target_attainment: float = 0.99  # share of the work whose first token must meet the SLO
     upscale_cooldown_s: float = 5.0  # no up-move this soon after a down-move
     downscale_cooldown_s: float = 30.0  # no down-move this soon after any move
     downscale_stable_s: float = 20.0  # down conditions must hold this long
-    max_downscale_step: int = 0  # replicas removed per down-move at most (0 = no cap)
-    startup_grace_s: float = 120.0  # how long a scale-up counts as booting
-    settle_s: float = 10.0  # after boot, let the smoothed signals catch up
-    boot_s: float = 0.0  # expected replica startup: backlog it drains meanwhile is not counted
-    # signals
-    prior_prefill_tokens_per_s: float = PRIOR_PREFILL_TOKENS_PER_S  # until one is measured
-    load_window_s: float = 5.0  # window for prefill load from cumulative counters
-    growth_tau_s: float = 3.0  # smoothing of the sustained arrival rate and queue growth
-    # burst reserve (off unless burst_hold_s > 0)
-    burst_hold_s: float = 0.0  # keep capacity for the largest recent transient burst
-    burst_utilization: float = 0.4  # prefill utilisation the burst reserve is sized at
-    fast_tau_s: float = 2.0  # smoothing of the fast arrival rate bursts are measured on
-    level_tau_s: float = 60.0  # smoothing of the minute-scale (level) arrival rate
-    level_shift: float = 0.6  # a peak the level rate reaches this fraction of is a step
 
 
-Burst = tuple[float, float, float]  # (t, fast rate at t, largest level rate seen since t)
+# Fixed parts of the rule (not knobs: each is a property of the rule, not of a workload)
+HEADROOM = 0.7  # queueing budget B = HEADROOM x SLO until a request's prefill is measured
+OWN_PREFILLS = 2.0  # then B = SLO - this x the mean prefill (a prompt twice the mean fits)
+MIN_BUDGET = 0.25  # ... but at least this x SLO
+MAX_UTILIZATION = 0.9  # arrival-rate term: prefill utilisation going up at most this
+DOWN_RATIO = 0.55  # going down: under this x the up target (hysteresis)
+PROMPT_N = 200.0  # the mean prefill per request is an average over about this many requests
+DOWN_QUEUE_FRACTION = 0.5  # down only if the backlog per replica stays under this x B
+DOWN_KV_USAGE = 0.75  # ... and KV usage per replica under this
+BLOCKED_FACTOR = 1.0  # a replica queued beyond this many budgets takes no new work
+SETTLE_S = 10.0  # after a boot, let the look-back averages catch up
+LOAD_WINDOW_S = 5.0  # window for prefill load from cumulative counters
+MIN_GRACE_S = 60.0  # a scale-up counts as booting for max(this, 3 x measured boot)
+MIN_TAU_S, MAX_TAU_S = 3.0, 15.0  # sustained arrival rate: EWMA over boot / 2, clamped
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """One decision's values derived from what was measured (boot time) and the knobs."""
+
+    boot_s: float  # measured boot, else ``ttft_measure.PRIOR_BOOT_S`` (reserve windows)
+    drain_credit_s: float  # measured boot, else 0: backlog the fleet drains meanwhile
+    growth_tau_s: float  # smoothing of the sustained arrival rate
+    startup_grace_s: float  # how long a scale-up counts as booting
+    risk: float  # 1 - target attainment
+    budget: float  # queueing share of the SLO, seconds
+    up_utilization: float  # prefill utilisation the arrival-rate term keeps under
+    down_utilization: float  # ... and a smaller fleet must stay under
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +64,17 @@ class TTFTQueueState:
     prev_t: float | None = None  # time and backlog of the previous decision
     prev_work_s: float = 0.0
     growth: float = 0.0  # EWMA of d(backlog)/dt, replica-seconds per second
-    arrival: float | None = None  # sustained arrival rate (growth_tau_s), replicas
-    fast: float | None = None  # fast arrival rate (fast_tau_s)
-    slow: float | None = None  # level arrival rate (level_tau_s)
-    bursts: tuple[Burst, ...] = ()  # window maxima of ``fast`` over burst_hold_s
+    arrival: float | None = None  # sustained prefill arrival rate, replicas
+    # measured (ttft_measure)
+    arrived: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)  # ttft_signals
+    prompt_s: float | None = None  # mean uncached prefill time of one request, seconds
+    boot_samples: tuple[float, ...] = ()  # latest replica boot times, seconds
+    boot_pending: tuple[float, int] | None = None  # (time of an up-move, its target)
+    bin_start: float | None = None  # the open arrival bin
+    bin_work: float = 0.0
+    bins: tuple[float, ...] = ()  # prefill work arrived per closed bin, replica-seconds
+    reqs: tuple[float, ...] = ()  # each closed bin's requirement, replicas
+    reserve: int = 0  # replicas the recent burstiness calls for at the target attainment
     settling: bool = False  # an up-move is booting or settling: ignore the backlog term
     ready_at: float | None = None  # when every replica of the last up-move reported
     # moves (ttft_queue)

@@ -33,6 +33,8 @@ class ReplicaMetrics:
     prefill_load_tokens_per_s: float = 0.0  # uncached tokens prefilled per second, recently
     prefix_queries: float = 0.0  # cumulative prompt tokens looked up in the prefix cache
     prefix_hits: float = 0.0  # cumulative prompt tokens served from the prefix cache
+    arrived_prompt_tokens: float = 0.0  # cumulative prompt tokens of requests added
+    arrived_requests: float = 0.0  # cumulative requests added
 
     @classmethod
     def from_stats(
@@ -54,6 +56,8 @@ class ReplicaMetrics:
             prefill_load_tokens_per_s=stats.prefill_load_tokens_per_s,
             prefix_queries=stats.prefix_queries,
             prefix_hits=stats.prefix_hits,
+            arrived_prompt_tokens=stats.arrived_prompt_tokens,
+            arrived_requests=stats.arrived_requests,
         )
 
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-STATS_VERSION = 1
+STATS_VERSION = 2
 VERSION_KEY = "version"
 
 # The one prefill rate (uncached prompt tokens per second) every component assumes before a
@@ -85,6 +85,8 @@ class ReplicaStats:
     busy_fraction: float = 0.0  # share of recent time the engine was busy, 0..1
     prefill_load_tokens_per_s: float = 0.0  # uncached tokens prefilled per second, recently
     ongoing: float = 0.0  # requests in the engine (added, not finished)
+    arrived_prompt_tokens: float = 0.0  # cumulative prompt tokens of requests added
+    arrived_requests: float = 0.0  # cumulative requests added
     num_preemptions: float = 0.0  # cumulative requests preempted by the scheduler
     steps: float = 0.0  # cumulative engine steps
     healthy: bool = True

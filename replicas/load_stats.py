@@ -107,6 +107,8 @@ class LoadTracker:
         self._in_flight: set[str] = set()
         self._in_flight_since: float | None = None
         self._uses_steps = False
+        self.arrived_tokens = 0  # cumulative prompt tokens of requests added
+        self.arrived_requests = 0  # cumulative requests added
         self._last_first_token_at = -math.inf
 
     def _now(self, now: float | None) -> float:
@@ -118,6 +120,8 @@ class LoadTracker:
         self, request_id: str, prompt_tokens: int, now: float | None = None
     ) -> None:
         t = self._now(now)
+        self.arrived_tokens += int(prompt_tokens)
+        self.arrived_requests += 1
         self._pending[request_id] = _Pending(t, int(prompt_tokens))
         if not self._in_flight:
             self._in_flight_since = t

@@ -86,6 +86,8 @@ class NullEngine(LoopEngine):
         self._by_id: dict[str, _Req] = {}
         self._wake = asyncio.Event()
         self._steps = 0
+        self._arrived_tokens = 0
+        self._arrived_requests = 0
         self._window = _Window()
 
     def _live_ids(self) -> list[str]:
@@ -104,6 +106,8 @@ class NullEngine(LoopEngine):
             busy_fraction=busy,
             ongoing=float(len(self._by_id)),
             steps=float(self._steps),
+            arrived_prompt_tokens=float(self._arrived_tokens),
+            arrived_requests=float(self._arrived_requests),
         )
 
     async def abort(self, request_id: str) -> None:
@@ -122,6 +126,8 @@ class NullEngine(LoopEngine):
             raise ValueError("prompt + max_tokens exceed max_model_len")
         req = _Req(request, asyncio.Queue(), time.monotonic() + self.prefill_s)
         self._by_id[request.request_id] = req
+        self._arrived_tokens += len(request.prompt_token_ids)
+        self._arrived_requests += 1
         self._waiting.append(req)
         self._wake.set()
         try:

@@ -263,6 +263,8 @@ class VLLMEngine:
             busy_fraction=load.busy_fraction,
             prefill_load_tokens_per_s=load.prefill_load_tokens_per_s,
             ongoing=load.ongoing,
+            arrived_prompt_tokens=self._tracker.arrived_tokens,
+            arrived_requests=self._tracker.arrived_requests,
             num_preemptions=v.num_preemptions,
             steps=v.steps,
             healthy=self._llm is not None and self._dead is None,

@@ -3,16 +3,16 @@ utilization (HPA-style) rule, side by side, in virtual time and live.
 
   python -m experiments.autoscaling.compare --mode sim|livesim|live|all --out results/autoscale
 
-- sim: ``replicas.sim`` virtual time, Llama-3-70B on 4×A100 per replica (30 s startup),
-  1..64 replicas, least-loaded routing, metrics averaged over 5 s (Ray's look-back);
-  workloads: the full Azure LLM code hour (8,819 requests, unscaled) and a step
-  (2 → 8 → 2 req/s for 300/600/900 s, lengths drawn from the trace). TTFT-queue runs its
-  defaults and one setting (``SIM_TUNED``, the same on both workloads) at floors 5 and 8;
-  each baseline gets a small knob sweep, including a ``min_replicas`` floor
-  (``SIM_FLOOR``), reaching down to aggressive targets (ongoing 0.5, utilization 0.2) so
-  that some setting of each reaches high attainment and the cost ratio compares like with
-  like; ``static`` rows are fixed fleets for reference. Goal check: against the cheapest
-  ongoing/utilization row that reaches our attainment (or 99 %).
+- sim: ``replicas.sim`` virtual time, 30-s replica boot, 1..64 replicas, least-loaded
+  routing, metrics averaged over 5 s (Ray's look-back); workloads: the full Azure LLM code
+  hour (8,819 requests, unscaled) on Llama-3-8B / H100 (``azure-hour-8b``) and on
+  Llama-3-70B / 4×A100 (``azure-hour``), and a step on the 70B (2 → 8 → 2 req/s for
+  300/600/900 s, lengths drawn from the trace). TTFT-queue runs its **defaults** (nothing
+  tuned per trace); the reference is the cheapest fixed fleet reaching 99 % (``static``
+  rows, ``SIM_STATIC``), beside each baseline's knob sweep (with a ``min_replicas`` floor,
+  ``SIM_FLOOR``, and Ray's delays) — the best-tuned reactive rules. Each workload also gets
+  its ``reach`` bound (``reach.py``): the attainment left to a policy sized on what it has
+  seen. Goal check: ≥ 99 % at ≤ 0.8× the cheapest static fleet reaching 99 %.
 - live: Ray Serve + simulated SmolLM2-on-CPU replicas in real time, 1..6 replicas, Serve
   metrics every 0.5 s averaged over 2 s; workloads: a light step (1.5 → 6 → 1.5 req/s for
   20/30/40 s, trace lengths ×0.1; one replica nearly carries it), a heavy step (2.5 → 10 →
@@ -40,43 +40,14 @@ from autoscaler.types import ScalingConfig
 from bench.types import RequestSpec
 from experiments.autoscaling.metrics import scorecard
 from experiments.autoscaling.report import report_mode
-from experiments.autoscaling.sim import PolicyRun
+from experiments.autoscaling.sim import PolicyRun, SimSetup
 from experiments.autoscaling.workloads import AZURE_TRACE, StepLoad
 
 SLO_S = 2.0
-# One TTFT-queue setting for both sim workloads (library defaults in TTFTQueueParams): count
-# replica boot (30 s) against the backlog (an instant burst the fleet drains before new
-# replicas boot is no reason to add them); sustained arrivals over 15 s instead of 3 s,
-# kept under 0.55 prefill utilisation going up and 0.45 going down (with a 2-s SLO and
-# ~1.5-s prefills of the largest prompts, a replica 90 % busy with prefill already misses
-# the SLO); a burst reserve for the largest transient arrival peak of the last 15 min at
-# 0.4 utilisation. The step's jump is released as a level shift within a minute or two
-# (measured: 12 replicas for ~1.5 min, then 8 — 99.20 % at 11,319 replica-s), the Azure
-# hour's bursts are not (measured: 15-37 replicas between bursts — 99.04 % at 81,008 from
-# a floor of 8, below the 82,733 of a fixed 24; adding the surge reserve changed nothing).
-SIM_TUNED: dict[str, Any] = {
-    "boot_s": 30.0, "growth_tau_s": 15.0, "up_utilization": 0.55, "down_utilization": 0.45,
-    "burst_hold_s": 900.0, "burst_utilization": 0.4,
-}  # fmt: skip
-# Floors the one setting is run at, on both workloads. No single floor meets the goal on
-# both: the step's cost goal needs 5 (each extra replica costs 1,200 replica-s of its low
-# phases, past 0.8x), while the Azure hour's first burst (t = 182 s, after 140 quiet s)
-# lands on the floor before any replica can boot — even a fleet jumping from 5 to 40 at
-# t = 185 s misses 116 requests in the hour, past the 88 that 99 % allows (measured: 97.22 %
-# from a floor of 5; see docs/results/autoscale-sim.md).
-SIM_TUNED_FLOORS = (5, 8)
-# Live (real time, simulated replicas boot in ~3 s), tuned on experiments.autoscaling.sim.LIVE_MODEL
-# (``--mode livesim``): no surge/burst reserve or peak hold (a 3-s boot lets the sustained
-# and backlog terms catch up; reserves kept 3-6 replicas for ~60 s after every burst).
-# Prefill utilisation under 0.9 going up: at 10 req/s the heavy step's prefill work is ~1.5
-# replicas, which two replicas carry at 100 % attainment; 0.7 read it as 3 (341 replica-s
-# vs 259). Under 0.5 going down, held 10 s (20 s kept the second replica ~30 s into the low
-# phase): heavy step 259 replica-s, Azure window 247 (was 260), light step 144 (was 154).
-LIVE_TUNED: dict[str, Any] = {
-    "boot_s": 3.0, "growth_tau_s": 3.0, "up_utilization": 0.9, "down_utilization": 0.5,
-    "downscale_stable_s": 10.0,
-}  # fmt: skip
-SIM_FLOOR = {"azure-hour": 8, "step": 5}  # min_replicas tried for every policy
+# Live (real time, simulated replicas boot in ~3 s): the policy runs its defaults, as in sim.
+SIM_FLOOR = {"azure-hour": 8, "azure-hour-8b": 2, "step": 5}  # baselines' floor variants
+# Fixed fleets run on each workload; the cheapest reaching 99 % is the reference.
+SIM_STATIC = {"azure-hour": range(16, 25), "azure-hour-8b": range(1, 5), "step": range(5, 11)}
 SIM_STEP = StepLoad(rate=2.0, factor=4.0, phases=(300.0, 600.0, 900.0))
 LIVE_STEP = StepLoad(rate=1.5, factor=4.0, phases=(20.0, 30.0, 40.0))
 # One replica nearly carries LIVE_STEP (99.21 % in livesim), so no autoscaler can save
@@ -102,11 +73,10 @@ class Variant:
         )
 
 
-def sim_variants(floor: int) -> list[Variant]:
+def sim_variants(name: str) -> list[Variant]:
+    floor = SIM_FLOOR[name]
     f = {"min_replicas": floor}
-    out = [Variant("ttft-queue", "defaults")]
-    for n in SIM_TUNED_FLOORS:  # the same setting on every workload, at each floor
-        out.append(Variant("ttft-queue", f"tuned min={n}", {**SIM_TUNED, "min_replicas": n}))
+    out = [Variant("ttft-queue", "defaults")]  # nothing tuned per trace
     ray_delays = {"upscale_delay_s": 30.0, "downscale_delay_s": 600.0}  # Ray Serve's defaults
     for t in (0.5, 1.0, 2.0, 4.0):
         ongoing = {"target_ongoing_requests": t}
@@ -121,7 +91,7 @@ def sim_variants(floor: int) -> list[Variant]:
         out.append(Variant("utilization", f"target={u:g} min={floor}", {**util, **f}))
         out.append(Variant("utilization", f"target={u:g} down delay 600 s",
                            {**util, "downscale_delay_s": 600.0}))  # fmt: skip
-    for n in (floor, 2 * floor, 3 * floor):  # reference: a fixed fleet, no autoscaling
+    for n in SIM_STATIC[name]:  # reference: fixed fleets, no autoscaling
         out.append(Variant("static", f"{n} replicas", {"min_replicas": n}))
     return out
 
@@ -137,7 +107,7 @@ def live_variants() -> list[Variant]:
     quick = {"target_utilization": 0.5, "downscale_delay_s": 5.0}
     low = {"target_utilization": 0.3, "downscale_delay_s": 5.0}
     return [
-        Variant("ttft-queue", "tuned", dict(LIVE_TUNED)),
+        Variant("ttft-queue", "defaults"),
         Variant("ongoing-requests", "target=2, delays 5/30 s", {"target_ongoing_requests": 2.0}),
         Variant("ongoing-requests", "target=2, delays 2/10 s", fast),
         Variant("utilization", "target=0.5", {"target_utilization": 0.5}),
@@ -181,7 +151,7 @@ def workload(mode: str, name: str) -> tuple[list[RequestSpec], StepLoad | None]:
     from experiments.autoscaling.workloads import step_specs, trace_lengths, trace_window
 
     path = f"azure:{AZURE_TRACE}"
-    if mode == "sim" and name == "azure-hour":
+    if mode == "sim" and name in ("azure-hour", "azure-hour-8b"):
         return build_requests(path), None
     if mode == "sim" and name == "step":
         return step_specs(SIM_STEP, trace_lengths()), SIM_STEP
@@ -196,7 +166,17 @@ def workload(mode: str, name: str) -> tuple[list[RequestSpec], StepLoad | None]:
 
 
 LIVE_WORKLOADS = ("step", "azure", "step-heavy")
-WORKLOADS = {"sim": ("azure-hour", "step"), "live": LIVE_WORKLOADS, "livesim": LIVE_WORKLOADS}
+WORKLOADS = {
+    "sim": ("azure-hour-8b", "azure-hour", "step"),
+    "live": LIVE_WORKLOADS,
+    "livesim": LIVE_WORKLOADS,
+}
+# The replica each sim workload runs on (30-s boot, 1..64 replicas, 5-s look-back)
+SIM_SETUPS = {
+    "azure-hour": SimSetup(),  # Llama-3-70B on 4xA100
+    "azure-hour-8b": SimSetup(hardware="h100", model="llama-3-8b", tp=1),
+    "step": SimSetup(),
+}
 
 
 # ---- saving and loading runs -------------------------------------------------------------
@@ -237,15 +217,16 @@ def run_sim_mode(
     floor: int | None = None,
 ) -> None:
     """``sim``: the 70B/A100 setup; ``livesim``: the live workloads in ``LIVE_MODEL``."""
-    from experiments.autoscaling.sim import LIVE_MODEL, SimSetup, run_sim
+    from experiments.autoscaling.sim import LIVE_MODEL, run_sim
 
-    base, tail = (LIVE_MODEL, 25.0) if mode == "livesim" else (SimSetup(), 0.0)
     for name in names:
+        base, tail = (LIVE_MODEL, 25.0) if mode == "livesim" else (SIM_SETUPS[name], 0.0)
         specs, step = workload(mode, name)
         if mode == "livesim":
             variants = with_floor(livesim_variants(), floor)
         else:
-            variants = sim_variants(SIM_FLOOR[name])
+            variants = sim_variants(name)
+            write_reach(out, name, specs, base)
         for v in variants:
             if not selected(v, only) or (resume and run_path(out, mode, name, v).exists()):
                 continue
@@ -260,6 +241,25 @@ def run_sim_mode(
                     "overrides": v.overrides}  # fmt: skip
             row = save_run(run_path(out, mode, name, v), meta, run, step)["row"]
             print(f"{mode} {name} {v.policy} {v.tuning}: {_brief(row)}", flush=True)
+
+
+def write_reach(out: Path, name: str, specs: list[RequestSpec], setup: SimSetup) -> None:
+    """The reach bound of a sim workload (``reach.py``), saved for the report."""
+    from experiments.autoscaling.reach import reach, reach_line
+    from experiments.autoscaling.sim import nominal_prefill_rate, run_sim
+
+    def static(n: int) -> list:
+        fixed = replace(setup, min_replicas=n, max_replicas=n)
+        scaling = ScalingConfig(min_replicas=n, max_replicas=n, ttft_slo_s=SLO_S)
+        return run_sim(specs, "none", scaling, fixed).records
+
+    r = reach(specs, nominal_prefill_rate(setup), setup.startup_s, SLO_S, static)
+    path = out / "runs" / f"reach-{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"workload": name, "attainment": r.attainment, "lost": r.lost,
+            "line": reach_line(r, setup.startup_s)}  # fmt: skip
+    path.write_text(json.dumps(data) + "\n")
+    print(f"sim {name}: {data['line']}", flush=True)
 
 
 def run_live_mode(

@@ -87,3 +87,11 @@ def run_sim(
     end = float(sim.now)
     samples = [Sample(0.0, setup.min_replicas), *recorder.samples]
     return PolicyRun(result, samples, records, end, float(result["replica_seconds"]))
+
+
+def nominal_prefill_rate(setup: SimSetup) -> float:
+    """Prefill tokens/s of one replica of ``setup`` before any step is measured."""
+    from cluster.twin.spec import build_twin
+
+    sim = build_twin(twin_spec(setup, "none"), {})
+    return float(next(iter(sim.replicas.values())).core.prefill_tokens_per_s)

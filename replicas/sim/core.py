@@ -158,6 +158,8 @@ class EngineCore:
             busy_fraction=self.recent.busy_fraction(t),
             prefill_load_tokens_per_s=self.recent.prefill_load(t),
             ongoing=self.recent.ongoing,
+            arrived_prompt_tokens=self.recent.arrived_tokens,
+            arrived_requests=self.recent.arrived_requests,
             num_preemptions=sch.num_preemptions,
             steps=self.steps,
         )

@@ -163,8 +163,7 @@ def test_up_autoscale_scales_1_to_n_to_1_under_bench_load(
         "autoscaling:\n  min_replicas: 1\n  max_replicas: 3\n  ttft_slo_s: 2.0\n"
         "  metrics_interval_s: 0.5\n  look_back_period_s: 2.0\n  params:\n"
         "    downscale_stable_s: 3.0\n    downscale_cooldown_s: 3.0\n"
-        "    upscale_cooldown_s: 2.0\n    max_downscale_step: 2\n    settle_s: 2.0\n"
-        "    load_window_s: 2.0\n"
+        "    upscale_cooldown_s: 2.0\n    target_attainment: 0.0\n"
     )
     proc = _start(tmp_path, env, yaml_text, ("--autoscale", "ttft-queue"))
     out = tmp_path / "bench.json"

@@ -144,7 +144,7 @@ def test_each_policy_rejects_params_it_does_not_read() -> None:
     with pytest.raises(ValueError, match="not a number"):
         check_params("utilization", {"tolerance": "wide"})
     assert set(PARAMS) == set(POLICY_NAMES)
-    with pytest.raises(ValueError, match="boot_s"):  # decide parses the same way
+    with pytest.raises(ValueError, match="target_attainment"):  # decide parses the same way
         make_policy("ttft-queue").decide(
             snapshot(0.0, 1, []),
             ScalingConfig(params={"boot": 1}),

@@ -11,6 +11,7 @@ from autoscaler.decision_metrics import Decision, export_decision
 from autoscaler.explain import GENERIC_SIGNALS, direction, explain
 from autoscaler.registry import POLICY_NAMES, make_policy
 from autoscaler.serve_autoscaling import ServeScalingPolicy
+from autoscaler.ttft_measure import PRIOR_BOOT_S
 from autoscaler.ttft_queue import TTFTQueuePolicy, TTFTQueueState
 from autoscaler.types import Explanation, MetricsSnapshot, ReplicaMetrics, ScalingConfig
 from contracts.metrics import (
@@ -23,8 +24,8 @@ from contracts.metrics import (
 from contracts.stats import ReplicaStats
 from tests.fakes import FakeMetrics, snapshot
 
-CFG = ScalingConfig(min_replicas=1, max_replicas=8, ttft_slo_s=2.0, params={"headroom": 0.7})
-TTFT = TTFTQueuePolicy()
+CFG = ScalingConfig(min_replicas=1, max_replicas=8, ttft_slo_s=2.0)
+TTFT = TTFTQueuePolicy()  # budget HEADROOM x SLO = 1.4 s until a request's prefill is measured
 
 
 def rep(i: int, wpt: float = 0.0, **kw: float) -> ReplicaMetrics:
@@ -37,7 +38,12 @@ def _decide(policy: Any, snap: MetricsSnapshot, cfg: ScalingConfig, state: Any) 
 
 
 OWN_SIGNALS = {
-    "ttft-queue": {"prefill_backlog_s", "prefill_arrival_ratio"},
+    "ttft-queue": {
+        "prefill_backlog_s",
+        "prefill_arrival_ratio",
+        "burst_reserve_replicas",
+        "boot_s",
+    },
     "ongoing-requests": set(),
     "utilization": {"utilization_ratio"},
     "none": set(),
@@ -82,10 +88,20 @@ def test_ttft_queue_explains_its_up_move_by_the_term_that_drove_it() -> None:
     desired, _, e = _decide(TTFT, snapshot(0.0, 3, hot), CFG, TTFTQueueState())
     assert (desired, e.reason) == (4, "arrival_rate")
     assert e.signals["prefill_arrival_ratio"] == pytest.approx(0.95)
-    # a burst reserve, when enabled, is a signal with its own target
-    burst_cfg = ScalingConfig(params={"burst_hold_s": 60.0})
-    _, _, e = _decide(TTFT, snapshot(0.0, 3, hot), burst_cfg, TTFTQueueState())
-    assert e.targets["burst_arrival_ratio"] == 0.4
+    # nothing measured yet: no burst reserve, the prior boot time
+    assert e.signals["burst_reserve_replicas"] == 0.0
+    assert e.targets["burst_reserve_replicas"] == 3.0  # the fleet it is held against
+    assert e.signals["boot_s"] == PRIOR_BOOT_S
+    # a burst reserve above the other terms drives the move; boot is the measured median
+    measured = TTFTQueueState(reserve=6, boot_samples=(12.0, 20.0, 16.0))
+    desired, _, e = _decide(TTFT, snapshot(0.0, 3, hot), CFG, measured)
+    assert (desired, e.reason) == (6, "burst_reserve")
+    assert e.signals["burst_reserve_replicas"] == 6.0
+    assert e.signals["boot_s"] == 16.0
+    # a measured prefill of 0.5 s per request: budget 2 - 2 x 0.5 = 1 s, up to 1 / 1.5 busy
+    _, _, e = _decide(TTFT, snapshot(0.0, 3, hot), CFG, TTFTQueueState(prompt_s=0.5))
+    assert e.targets["prefill_backlog_s"] == pytest.approx(1.0)
+    assert e.targets["prefill_arrival_ratio"] == pytest.approx(2 / 3)
 
 
 def test_ttft_queue_down_steady_bounds_and_pending_reasons() -> None:

@@ -200,7 +200,7 @@ def test_runs_inside_rays_own_policy_wrapper() -> None:
 
 
 def test_params_reach_the_policy_in_the_config_serve_pickles() -> None:
-    params = {"downscale_stable_s": 3, "burst_hold_s": 30.0}
+    params = {"downscale_stable_s": 3, "target_attainment": 0.95}
     ac = build_autoscaling_config("ttft-queue", ScalingConfig(max_replicas=3, params=params))
     sent = ac.policy.policy_kwargs["config"]
     assert sent["params"] == params
@@ -211,17 +211,18 @@ def _busy_states() -> list[object]:
     """Each policy's state after a few decisions, so that most fields are set."""
     out = []
     cfg = ScalingConfig(max_replicas=8, params={})
-    burst = ScalingConfig(max_replicas=8, params={"burst_hold_s": 60.0})
     for name in POLICY_NAMES:
         policy = make_policy(name)
         state = policy.initial_state()
         for t in range(6):
             reps = tuple(
                 ReplicaMetrics(f"r{i}", waiting_prefill_tokens=3000.0 * (t % 3),
-                               prefix_queries=800.0 * t, ongoing=9.0) for i in range(2)
+                               prefix_queries=800.0 * t, ongoing=9.0,
+                               arrived_prompt_tokens=800.0 * t, arrived_requests=2.0 * t)
+                for i in range(2)
             )  # fmt: skip
             snapshot = MetricsSnapshot(float(t * 3), 2, reps)
-            _, state = policy.decide(snapshot, burst if name == "ttft-queue" else cfg, state)
+            _, state = policy.decide(snapshot, cfg, state)
         out.append(state)
     return out
 
@@ -230,7 +231,10 @@ def test_state_round_trips_through_serves_dict() -> None:
     states = _busy_states()
     ttft = states[0]
     assert isinstance(ttft, TTFTQueueState)
-    assert ttft.bursts
+    assert ttft.bins  # arrival bins and their requirements (tuples) survive the dict
+    assert len(ttft.reqs) == len(ttft.bins)
+    assert ttft.arrived
+    assert ttft.prompt_s is not None
     assert ttft.counters
     assert ttft.last_up_at is not None
     assert ttft.reason

@@ -1,4 +1,9 @@
-"""TTFT-queue policy: proportional fast scale-up, slow guarded scale-down, zero, bounds."""
+"""TTFT-queue policy: proportional fast scale-up, slow guarded scale-down, zero, bounds.
+
+The snapshots here report no ``arrived_*`` counters, so the mean prefill per request is
+never measured and the budget stays ``HEADROOM x SLO``; the measured parts (boot time,
+prefill per request, burst reserve) have their own tests in ``test_autoscaler_ttft_measure``.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,19 @@ import pytest
 
 from autoscaler.registry import check_params
 from autoscaler.ttft_queue import TTFTQueuePolicy, TTFTQueueState
+from autoscaler.ttft_types import DOWN_RATIO, HEADROOM, MAX_UTILIZATION
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig
+from contracts.stats import PRIOR_PREFILL_TOKENS_PER_S
 from tests.fakes import snapshot
 
-CFG = ScalingConfig(min_replicas=1, max_replicas=8, ttft_slo_s=2.0, params={"headroom": 0.7})
-POLICY = TTFTQueuePolicy()  # budget above: 0.7 x 2 s = 1.4 s
+CFG = ScalingConfig(min_replicas=1, max_replicas=8, ttft_slo_s=2.0)
+POLICY = TTFTQueuePolicy()  # budget HEADROOM x SLO = 0.7 x 2 s = 1.4 s (no prefill measured)
 S0 = TTFTQueueState()
+BOOT_6S = TTFTQueueState(boot_samples=(6.0,))  # measured: arrivals smoothed over 3 s
+
+
+def test_budget_before_a_prefill_is_measured_is_headroom_times_slo() -> None:
+    assert HEADROOM * CFG.ttft_slo_s == pytest.approx(1.4)  # the numbers below assume it
 
 
 def rep(i: int, wpt: float = 0.0, rate: float = 1000.0, **kw: float) -> ReplicaMetrics:
@@ -55,16 +67,23 @@ def test_up_is_capped_at_max() -> None:
 
 
 def test_backlog_term_waits_for_booting_replicas_then_acts_again() -> None:
-    out, _ = run(
+    even = [rep(i, 1300) for i in range(4)]
+    # after settling, one replica falls behind by 1 s of work per second
+    behind = [snapshot(t, 4, [*even[:3], rep(3, 1300 + 1000 * (t - 13))]) for t in range(14, 32, 2)]
+    out, state = run(
         [
             snapshot(0.0, 1, [rep(0, 5600)]),  # -> 4
-            snapshot(2.0, 4, [rep(0, 8400)]),  # 3 replicas still booting: backlog growth ignored
-            snapshot(8.0, 4, [rep(i, 1300) for i in range(4)]),  # all serve; settle_s = 10 s
-            snapshot(17.0, 4, [rep(i, 1300) for i in range(4)]),
-            snapshot(18.5, 4, [rep(i, 2000) for i in range(4)]),  # settled, queues grow: 8 s -> 6
+            snapshot(2.0, 4, [rep(0, 8400)]),  # 3 replicas still booting: 8.4 s / 1.4 s ignored
+            snapshot(4.0, 4, even),  # all serve: boot measured, 4 s; SETTLE_S = 10 s
+            snapshot(13.0, 4, even),
+            *behind,
         ]
     )
-    assert out == [4, 4, 4, 4, 6]
+    assert state.boot_samples == (4.0,)
+    # the backlog beyond what 4 replicas drain in one boot (4 x 4 s) acts again: at 30 s
+    # 22.2 s queued, ceil(6.2 / 1.4) = 5; arrivals (1 replica-equivalent, one blocked) ask 3
+    assert out == [4, 4, 4, 4, *[4] * 8, 5]
+    assert state.cause == "queue_delay"
 
 
 def test_replicas_over_budget_do_not_count_as_room_for_arrivals() -> None:
@@ -83,12 +102,13 @@ def test_rate_term_scales_before_a_queue_forms() -> None:
     assert out == [4, 4, 4]
     assert state.arrival == pytest.approx(2.85)
     # 2 replicas at 0.85 prefill utilisation, queues growing by 0.1 s of work per second each:
-    # the backlog term stays at 2 (2 s / 1.4 s), arrivals ~1.9 replica-equivalents -> 3
+    # the backlog (2 s at most) is within what they drain in one boot (2 x 6 s), arrivals
+    # (EWMA over half a boot) reach ~1.9 replica-equivalents -> ceil(1.9 / 0.9) = 3
     growing = [
         snapshot(t, 2, [rep(i, 100 * t, prefill_load_tokens_per_s=850.0) for i in range(2)])
         for t in range(0, 11)
     ]
-    desired, state = run(growing)
+    desired, state = run(growing, state=BOOT_6S)
     assert desired[0] == 2
     assert desired[-1] == 3
     assert state.arrival == pytest.approx(1.9, abs=0.05)
@@ -116,8 +136,10 @@ def test_rate_falls_back_to_remembered_then_prior() -> None:
     assert (
         POLICY.decide(snapshot(0.0, 1, no_rate), CFG, TTFTQueueState(rate=2000.0))[0] == 2
     )  # 2.8 s
-    cfg = ScalingConfig(max_replicas=8, params={"prior_prefill_tokens_per_s": 4000.0})
-    assert POLICY.decide(snapshot(0.0, 1, no_rate), cfg, S0)[0] == 1  # 1.4 s: not above budget
+    assert PRIOR_PREFILL_TOKENS_PER_S == 500.0
+    small = [rep(0, 1000, rate=0.0)]  # 2 s at the prior rate: 2 replicas; 0.5 s at 2000 tok/s
+    assert POLICY.decide(snapshot(0.0, 1, small), CFG, S0)[0] == 2
+    assert POLICY.decide(snapshot(0.0, 1, small), CFG, TTFTQueueState(rate=2000.0))[0] == 1
 
 
 def _idle(n: int) -> list[ReplicaMetrics]:
@@ -128,19 +150,31 @@ def test_scales_down_exactly_once_stable() -> None:
     # idle fleet of 6: not stable before 20 s, then straight to the smallest fleet that fits
     out, _ = run([snapshot(t, 6, _idle(6)) for t in (0.0, 10.0, 21.0)])
     assert out == [6, 6, 1]
-    # 2 replica-equivalents of sustained prefill: under 0.5 utilisation needs 4, not fewer
+    # 2 replica-equivalents of sustained prefill: under 0.55 x 0.9 = 0.495 utilisation
+    # needs 5, not fewer
+    assert round(DOWN_RATIO * MAX_UTILIZATION, 6) == 0.495
     warm = [rep(i, 0, prefill_load_tokens_per_s=2000.0 / 6) for i in range(6)]
     out, _ = run([snapshot(t, 6, warm) for t in (0.0, 10.0, 21.0)])
-    assert out == [6, 6, 4]
+    assert out == [6, 6, 5]
 
 
-def test_max_downscale_step_caps_each_move_and_cooldown_spaces_them() -> None:
-    cfg = ScalingConfig(min_replicas=1, max_replicas=8, params={"max_downscale_step": 1})
-    times = [0.0, 10.0, 21.0, 25.0, 50.0, 51.5, 82.0, 120.0]
-    currents = [4, 4, 4, 3, 3, 3, 2, 1]
-    out, _ = run([snapshot(t, c, _idle(c)) for t, c in zip(times, currents, strict=True)], cfg)
-    # not stable before 20 s; then one replica; then wait for the 30 s down-cooldown
-    assert out == [4, 4, 3, 3, 3, 2, 1, 1]
+def test_down_cooldown_spaces_down_moves_and_the_reserve_is_a_floor() -> None:
+    warm = [rep(i, 0, prefill_load_tokens_per_s=2000.0 / 6) for i in range(6)]
+    out, state = run(
+        [
+            snapshot(0.0, 6, warm),
+            snapshot(10.0, 6, warm),
+            snapshot(21.0, 6, warm),  # stable 21 s: down to 5 (see above)
+            snapshot(25.0, 5, _idle(5)),  # idle: 1 would fit, but the last move was 4 s ago
+            snapshot(50.5, 5, _idle(5)),  # 29.5 s after it
+            snapshot(51.5, 5, _idle(5)),  # 30.5 s: go, to the burst reserve, not below it
+        ]
+    )
+    assert out == [6, 6, 5, 5, 5, 2]
+    assert state.reason == "down: fewer replicas still meet the SLO with headroom"
+    # the reserve the 2 replica-equivalents left: max over windows up to 30 s (prior boot)
+    # of 2 L / (L + 1.4) = 60 / 31.4 -> 2
+    assert state.reserve == 2
 
 
 def test_no_scale_down_when_fewer_replicas_would_break_the_slo() -> None:
@@ -207,80 +241,40 @@ def test_bounds_are_enforced() -> None:
     )  # below min, big backlog
 
 
-def test_boot_time_discounts_backlog_the_fleet_drains_before_new_replicas_serve() -> None:
-    # 4 replicas hold 8 s of prefill work in total: 2 s each, drained before a 30-s boot
-    reps = [rep(i, 2000) for i in range(4)]
-    no_boot = ScalingConfig(min_replicas=1, max_replicas=16, ttft_slo_s=2.0)
-    boot = ScalingConfig(min_replicas=1, max_replicas=16, ttft_slo_s=2.0, params={"boot_s": 30.0})
-    assert POLICY.decide(snapshot(0.0, 4, reps), no_boot, S0)[0] == 6  # ceil(8 s / 1.4 s)
-    assert POLICY.decide(snapshot(0.0, 4, reps), boot, S0)[0] == 4  # nothing left after 30 s
-
-
-def _steady(t: float, n: int, load_per_replica: float) -> MetricsSnapshot:
-    return snapshot(t, n, [rep(i, 0, prefill_load_tokens_per_s=load_per_replica) for i in range(n)])
-
-
-BURST = {"burst_hold_s": 300.0, "burst_utilization": 0.5, "fast_tau_s": 0.0}
-
-
-def _load(t: float, n: int, replicas_busy: float) -> MetricsSnapshot:
-    """``n`` replicas sharing ``replicas_busy`` replica-equivalents of prefill work."""
-    return _steady(t, n, 1000.0 * replicas_busy / n)
-
-
-def _follow(
-    load: list[tuple[float, float]], cfg: ScalingConfig, n: int, state: TTFTQueueState
-) -> tuple[list[int], TTFTQueueState]:
-    """Feed ``(t, replicas_busy)`` with the fleet at the policy's last answer."""
-    out = []
-    for t, busy in load:
-        n, state = POLICY.decide(_load(t, n, busy), cfg, state)
-        out.append(n)
-    return out, state
-
-
-def test_burst_reserve_holds_capacity_for_a_transient_burst_between_bursts() -> None:
-    cfg = ScalingConfig(min_replicas=1, max_replicas=16, params=BURST)
-    calm = [(float(t), 0.5) for t in range(0, 10)]
-    out, state = _follow([*calm, (10.0, 4.0)], cfg, 2, S0)
-    assert out[-1] == 8  # fast = 4 replica-equivalents at once -> ceil(4 / 0.5), in one move
-    # the burst is over in seconds: the minute-scale rate never came near it, so it is held
-    idle, state = _follow([(float(t), 0.0) for t in range(11, 300, 5)], cfg, 8, state)
-    assert set(idle) == {8}
-    later, _ = _follow([(float(t), 0.0) for t in range(311, 420, 5)], cfg, 8, state)
-    assert later[-1] == 1  # older than burst_hold_s: released
-
-
-def test_burst_reserve_releases_a_level_shift_once_the_rate_settles_there() -> None:
-    cfg = ScalingConfig(min_replicas=1, max_replicas=16, params=BURST)
-    calm = [(float(t), 0.5) for t in range(0, 10)]
-    step = [(float(t), 4.0) for t in range(10, 200)]  # the rate jumps and stays
-    out, state = _follow([*calm, *step], cfg, 2, S0)
-    assert out[0] == 2
-    assert max(out) == 8
-    assert state.slow > 0.6 * 4.0  # ... until the level rate reaches 0.6 x the peak
-    # released: back down to the calm load well before burst_hold_s, unlike a burst
-    after, _ = _follow([(float(t), 0.5) for t in range(200, 300)], cfg, out[-1], state)
-    assert after[-1] <= 2
-
-
-def test_held_burst_keeps_only_peaks_the_level_rate_stayed_far_below() -> None:
-    from autoscaler.ttft_signals import held_burst
-
-    state = TTFTQueueState(bursts=((0.0, 6.0, 1.0), (5.0, 4.0, 3.5), (9.0, 1.0, 0.2)))
-    assert held_burst(state, level_shift=0.6) == 6.0  # 1.0 < 3.6: transient
-    state = TTFTQueueState(bursts=((0.0, 6.0, 4.0), *state.bursts[1:]))  # level reached 4.0
-    assert held_burst(state, level_shift=0.6) == 1.0  # 4.0 >= 3.6 and 3.5 >= 2.4: steps
+def test_measured_boot_time_discounts_backlog_the_fleet_drains_before_new_replicas_serve() -> None:
+    # 8.2 s of prefill work queued on 4 replicas (one of them blocked behind 4 s)
+    reps = [*(rep(i, 1400) for i in range(3)), rep(3, 4000)]
+    cfg = ScalingConfig(min_replicas=1, max_replicas=16, ttft_slo_s=2.0)
+    # no boot measured: no credit (the prior boot only sizes the reserve's windows)
+    assert POLICY.decide(snapshot(0.0, 4, reps), cfg, S0)[0] == 6  # ceil(8.2 s / 1.4 s)
+    fast = TTFTQueueState(boot_samples=(0.5,))  # 8.2 - 4 x 0.5 s left: ceil(6.2 / 1.4)
+    assert POLICY.decide(snapshot(0.0, 4, reps), cfg, fast)[0] == 5
+    booted = TTFTQueueState(boot_samples=(20.0, 30.0, 40.0))  # median 30 s: nothing left
+    desired, state = POLICY.decide(snapshot(0.0, 4, reps), cfg, booted)
+    assert desired == 4
+    assert state.reason == "steady"
 
 
 def test_knobs_arrive_only_as_typed_params() -> None:
-    check_params("ttft-queue", {"burst_hold_s": 900, "max_downscale_step": 2, "headroom": 0.5})
-    for removed in ("peak_hold_s", "surge_hold_s", "pending_request_tokens", "ttft_slo_s"):
-        with pytest.raises(ValueError, match=r"known: .*boot_s") as err:
-            check_params("ttft-queue", {removed: 1.0})
-        assert removed in str(err.value)
-    strict = ScalingConfig(params={"headroom": 0.35})  # halves the budget: 5.6 s / 0.7 s
-    assert POLICY.decide(snapshot(0.0, 1, [rep(0, 5600)]), strict, S0)[0] == 8
+    knobs = {
+        "target_attainment": 0.95,
+        "upscale_cooldown_s": 5.0,
+        "downscale_cooldown_s": 30.0,
+        "downscale_stable_s": 20.0,
+    }
+    check_params("ttft-queue", knobs)
+    removed = ("headroom", "boot_s", "burst_hold_s", "max_downscale_step", "up_utilization")
+    for name in (*removed, "settle_s", "prior_prefill_tokens_per_s", "ttft_slo_s"):
+        with pytest.raises(ValueError, match=r"known: .*target_attainment") as err:
+            check_params("ttft-queue", {name: 1.0})
+        assert name in str(err.value)
+    # target_attainment reaches the policy: 2 replica-equivalents for 7 s leave a reserve of
+    # 2 at 0.99; at 0 every bin may miss, so none is kept
+    busy = [rep(i, 0, prefill_load_tokens_per_s=1000.0) for i in range(2)]
+    for attainment, expected in ((0.99, 2), (0.0, 0)):
+        cfg = ScalingConfig(max_replicas=8, params={"target_attainment": attainment})
+        _, state = run([snapshot(float(t), 2, busy) for t in range(8)], cfg)
+        assert state.reserve == expected
 
 
 def test_decide_returns_new_state_and_leaves_the_old_one() -> None:

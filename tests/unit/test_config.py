@@ -103,11 +103,11 @@ def test_up_flags_override_the_config() -> None:
 
 def test_autoscaling_params_the_policy_does_not_read_are_rejected() -> None:
     with pytest.raises(ConfigError) as err:
-        parse_config({"autoscaling": {"policy": "ttft-queue", "params": {"up_utilisation": 0.9}}})
-    msg = str(err.value)
+        parse_config({"autoscaling": {"policy": "ttft-queue", "params": {"headroom": 0.7}}})
+    msg = str(err.value)  # a knob the self-tuning policy no longer has
     assert "autoscaling" in msg
-    assert "up_utilisation" in msg
-    assert "up_utilization" in msg
+    assert "headroom" in msg
+    assert "target_attainment" in msg
     with pytest.raises(ConfigError, match="min_replicas"):  # a section field, not a knob
         parse_config({"autoscaling": {"params": {"min_replicas": 2}}})
     with pytest.raises(ConfigError, match="tolerance"):  # utilization's knob, not Ray's rule's
