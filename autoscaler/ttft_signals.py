@@ -63,6 +63,7 @@ def measure(
 
 
 Counts = tuple[float, float, float]  # a replica's (prompt tokens, requests) arrived, last seen
+IDLE_ARRIVAL = 1e-3  # replica-equivalents: a decayed arrival rate below this is none
 FORGET_S = 600.0  # a replica missing from the reports this long is forgotten
 
 
@@ -117,6 +118,8 @@ def track_growth(
         now_rate = max(0.0, load.prefill_util + slope) if arrived is None else arrived / dt
         growth += _alpha(dt, d.growth_tau_s) * (slope - growth)
         arrival += _alpha(dt, d.growth_tau_s) * (now_rate - arrival)
+        if now_rate == 0.0 and arrival < IDLE_ARRIVAL:
+            arrival = 0.0  # the EWMA never reaches 0 by itself; an idle fleet can go to zero
         start, open_work, bins, closed = record_arrivals(
             state.prev_t, snapshot.now, now_rate * dt, start, open_work, bins
         )

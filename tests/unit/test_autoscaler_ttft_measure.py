@@ -391,3 +391,21 @@ def test_a_replica_missing_or_misreported_once_does_not_read_as_a_burst(fault: s
     assert max(state.bins) < 2.0
     assert state.reserve == 1
     assert n == 2
+
+
+def test_an_idle_fleet_goes_to_zero_once_the_arrival_rate_has_decayed() -> None:
+    """The sustained arrival rate is an EWMA that never reaches 0 by itself; without the
+    burst reserve (target_attainment 0) an idle fleet with min_replicas 0 goes to zero."""
+    policy = TTFTQueuePolicy()
+    cfg = ScalingConfig(min_replicas=0, max_replicas=4, ttft_slo_s=2.0,
+                        params={"target_attainment": 0.0})  # fmt: skip
+    state, n = TTFTQueueState(), 1
+    for t in range(180):
+        busy = 0.0 if t < 5 else 400.0  # one 400-token request at t=5, then nothing
+        rep = ReplicaMetrics("r0", prefill_tokens_per_s=1000.0,
+                             arrived_prompt_tokens=busy, arrived_requests=busy / 400.0)  # fmt: skip
+        n, state = policy.decide(MetricsSnapshot(float(t), n, (rep,) if n else ()), cfg, state)
+        if n == 0:
+            break
+    assert n == 0
+    assert state.arrival == 0.0
