@@ -18,9 +18,9 @@ from autoscaler.prefill_load import CounterBaseline
 class TTFTQueueParams:
     """The knobs left: what the service promises, and how often the fleet may change.
     Everything else is measured (boot time, prefill rate, burstiness; ``ttft_measure``) or
-    a fixed part of the rule (the constants in ``ttft_queue``)."""
+    a fixed part of the rule (the constants below)."""
 
-    target_attainment: float = 0.99  # share of the work whose first token must meet the SLO
+    target_attainment: float = 0.99  # sizes the burst reserve: 1 - this is the risk taken
     upscale_cooldown_s: float = 5.0  # no up-move this soon after a down-move
     downscale_cooldown_s: float = 30.0  # no down-move this soon after any move
     downscale_stable_s: float = 20.0  # down conditions must hold this long
@@ -35,7 +35,7 @@ DOWN_RATIO = 0.55  # going down: under this x the up target (hysteresis)
 PROMPT_N = 200.0  # the mean prefill per request is an average over about this many requests
 DOWN_QUEUE_FRACTION = 0.5  # down only if the backlog per replica stays under this x B
 DOWN_KV_USAGE = 0.75  # ... and KV usage per replica under this
-BLOCKED_FACTOR = 1.0  # a replica queued beyond this many budgets takes no new work
+BLOCKED_FACTOR = 1.0  # a replica queued beyond this many budgets (+ 1 prefill) is blocked
 SETTLE_S = 10.0  # after a boot, let the look-back averages catch up
 LOAD_WINDOW_S = 5.0  # window for prefill load from cumulative counters
 MIN_GRACE_S = 60.0  # a scale-up counts as booting for max(this, 3 x measured boot)
