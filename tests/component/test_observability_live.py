@@ -51,6 +51,9 @@ def fleet() -> dict[str, Any]:
             "min_replicas": 1,
             "max_replicas": 3,
             "ttft_slo_s": 0.5,
+            # no burst reserve: the fleet scales 1 -> N -> 1 within the run, as the bursty
+            # load asks, so that every outcome and both directions of scaling occur
+            "params": {"target_attainment": 0.0},
         },
         "server": {"metrics_export_port": TEST_METRICS_PORT, "admission_timeout_s": 1.0},
         "slo": SLO,
