@@ -14,6 +14,8 @@ reason of a move. Names are stable (dashboards and alerts key on them) and carry
     prefill_arrival_ratio           sustained prefill arrivals per replica       ttft-queue
     burst_reserve_replicas          replicas the last hour's bursts call for      ttft-queue
     boot_s                          measured replica boot time (prior: 30 s)     ttft-queue
+    wake_s                          measured wake of a sleeper (else boot_s)     ttft-queue
+    warm_replicas                   replicas asleep in the warm pool             ttft-queue
     utilization_ratio               mean max(busy fraction, KV usage)            utilization
 
 Reasons (``Explanation.reason``) of a move: ``bounds`` (outside min/max), ``pending_requests``

@@ -32,7 +32,10 @@ Rule (budget ``B = SLO - 2 x mean prefill``, at least 0.25 x SLO; all work in re
   running must absorb what arrives meanwhile. ``need_burst`` = the smallest fleet that
   would have absorbed, without a boot, all but ``1 - target_attainment`` of the last
   hour's work (``ttft_measure.reserve``): it is sized by measurement, and falls once
-  bursts leave the hour.
+  bursts leave the hour. With a warm pool (``MetricsSnapshot.warm_replicas`` replicas
+  asleep, woken in seconds; vLLM's sleep mode) an up-move wakes sleepers first, and the
+  awake fleet needs only the reserve over one measured *wake*, and the reserve over one
+  boot less the sleepers: ``max(reserve_wake, reserve_boot - warm)``.
 - No compounding: ``current`` counts starting replicas, and after an up-move the backlog
   term is ignored while the new replicas boot (at most 3 boots, 60 s at least) and for
   ``SETTLE_S`` after they all report. It is also ignored while the queue already drains.
@@ -83,15 +86,20 @@ from contracts.stats import PRIOR_PREFILL_TOKENS_PER_S
 __all__ = ["TTFTQueueParams", "TTFTQueuePolicy", "TTFTQueueState", "derive"]
 
 
-def derive(p: TTFTQueueParams, state: TTFTQueueState, slo_s: float) -> Derived:
+def derive(p: TTFTQueueParams, state: TTFTQueueState, slo_s: float, warm: int = 0) -> Derived:
     """This decision's values from the knobs and what has been measured so far.
 
     Queueing budget ``B = SLO - OWN_PREFILLS x s`` (``s`` the mean prefill of one request;
     ``HEADROOM x SLO`` before it is measured). Utilisation target from the M/G/1 wait
     ``W ~ s x rho / (1 - rho)`` (exponential-like service times) kept under ``B``:
-    ``rho = B / (B + s)``, at most ``MAX_UTILIZATION``; going down ``DOWN_RATIO`` of it."""
+    ``rho = B / (B + s)``, at most ``MAX_UTILIZATION``; going down ``DOWN_RATIO`` of it.
+    With ``warm`` sleeping replicas the next up-move wakes them: its delay is the measured
+    wake (the boot until a wake is measured)."""
     measured = boot_estimate(state.boot_samples)
     boot = PRIOR_BOOT_S if measured is None else measured
+    measured_wake = boot_estimate(state.wake_samples)
+    wake = boot if measured_wake is None else min(boot, measured_wake)
+    next_up = measured_wake if warm > 0 and measured_wake is not None else measured
     s = state.prompt_s
     if s is None:
         budget, up = HEADROOM * slo_s, MAX_UTILIZATION
@@ -100,8 +108,9 @@ def derive(p: TTFTQueueParams, state: TTFTQueueState, slo_s: float) -> Derived:
         up = min(MAX_UTILIZATION, budget / (budget + s)) if s > 0 else MAX_UTILIZATION
     return Derived(
         boot_s=boot,
-        drain_credit_s=measured or 0.0,
-        growth_tau_s=min(MAX_TAU_S, max(MIN_TAU_S, boot / 2.0)),
+        wake_s=wake,
+        drain_credit_s=next_up or 0.0,
+        growth_tau_s=min(MAX_TAU_S, max(MIN_TAU_S, (wake if warm > 0 else boot) / 2.0)),
         startup_grace_s=max(MIN_GRACE_S, 3.0 * boot),
         risk=max(0.0, 1.0 - p.target_attainment),
         budget=budget,
@@ -123,10 +132,12 @@ class TTFTQueuePolicy:
         fallback = PRIOR_PREFILL_TOKENS_PER_S if state.rate is None else state.rate
         loads, counters = prefill_loads(snapshot, state.counters, LOAD_WINDOW_S)
         pending, samples = track_boot(snapshot, state.boot_pending, state.boot_samples)
+        waking, wakes = track_boot(snapshot, state.wake_pending, state.wake_samples)
         new = replace(
-            state, counters=counters, cause="", boot_pending=pending, boot_samples=samples
-        )
-        dv = derive(p, new, config.ttft_slo_s)
+            state, counters=counters, cause="", boot_pending=pending, boot_samples=samples,
+            wake_pending=waking, wake_samples=wakes,
+        )  # fmt: skip
+        dv = derive(p, new, config.ttft_slo_s, snapshot.warm_replicas)
         load = measure(snapshot, fallback, dv.budget, loads, new.prompt_s or 0.0)
         new = track_settling(snapshot, dv, load, track_growth(snapshot, dv, load, new))
         current = snapshot.current_replicas
@@ -150,7 +161,7 @@ class TTFTQueuePolicy:
         ``burst_hold_s``, held burst) prefill arrivals against their utilisation targets; the
         SLO and KV limits a down-move respects. ``state`` is the one ``decide`` returned."""
         p = parse_params(TTFTQueueParams, config.params, self.name)
-        dv = derive(p, state, config.ttft_slo_s)
+        dv = derive(p, state, config.ttft_slo_s, snapshot.warm_replicas)
         budget = dv.budget
         fallback = PRIOR_PREFILL_TOKENS_PER_S if state.rate is None else state.rate
         loads, _ = prefill_loads(snapshot, state.counters, LOAD_WINDOW_S)
@@ -159,8 +170,10 @@ class TTFTQueuePolicy:
         signals = {
             "prefill_backlog_s": load.work_s / n,
             "prefill_arrival_ratio": (state.arrival or 0.0) / n,
-            "burst_reserve_replicas": float(state.reserve),
+            "burst_reserve_replicas": float(burst_need(state, snapshot.warm_replicas)),
             "boot_s": dv.boot_s,
+            "wake_s": dv.wake_s,
+            "warm_replicas": float(snapshot.warm_replicas),
         }
         targets = {
             "prefill_backlog_s": budget,
@@ -195,7 +208,7 @@ def _need(d: _Inputs, state: TTFTQueueState) -> tuple[int, str, str]:
     need_queue = math.ceil(late / budget - 1e-9)
     if state.settling or state.growth < 0.0:
         need_queue = 0  # after an up-move, or while the queue already drains: trust the rate
-    need_burst = state.reserve
+    need_burst = burst_need(state, d.snapshot.warm_replicas)
     terms = (
         ("queue_delay", need_queue),
         ("arrival_rate", need_rate),
@@ -207,9 +220,16 @@ def _need(d: _Inputs, state: TTFTQueueState) -> tuple[int, str, str]:
         cause = "pending_requests"
     why = (
         f"up: {load.work_s:.2f}s prefill queued (budget {budget:.2f}s), arrivals "
-        f"{arrival:.2f} replicas, burst reserve {need_burst} (boot {d.dv.boot_s:.0f}s)"
+        f"{arrival:.2f} replicas, burst reserve {need_burst} (boot {d.dv.boot_s:.0f}s, "
+        f"{d.snapshot.warm_replicas} asleep)"
     )
     return need, why, cause
+
+
+def burst_need(state: TTFTQueueState, warm: int) -> int:
+    """Awake replicas the burst reserve calls for: enough for the bursts within one wake,
+    and, with the ``warm`` sleepers, for those within one boot (no pool: the latter)."""
+    return max(state.wake_reserve, state.reserve - warm)
 
 
 def _fits(m: int, d: _Inputs, arrival: float) -> bool:
@@ -263,7 +283,11 @@ def _move(
         state = replace(state, last_scale_at=now, cause=cause)
     if desired > current:  # time it until ``desired`` replicas report (ttft_measure)
         pending = (now, desired)
-        state = replace(state, last_up_at=now, ready_at=None, settling=True, boot_pending=pending)
+        state = replace(state, last_up_at=now, ready_at=None, settling=True)
+        if desired - current <= snapshot.warm_replicas:  # all woken from the warm pool
+            state = replace(state, wake_pending=pending, boot_pending=None)
+        else:
+            state = replace(state, boot_pending=pending, wake_pending=None)
     elif desired < current:
-        state = replace(state, last_down_at=now, boot_pending=None)
+        state = replace(state, last_down_at=now, boot_pending=None, wake_pending=None)
     return desired, state

@@ -103,6 +103,7 @@ def track_growth(
     growth = state.growth
     arrival = load.prefill_util if state.arrival is None else state.arrival
     bins, reqs, level = state.bins, state.reqs, state.reserve
+    wake_reqs, wake_level = state.wake_reqs, state.wake_reserve
     start, open_work = state.bin_start, state.bin_work
     first = state.prev_t is None
     arrived, requests, seen = arrived_work(snapshot, state.arrived, first, load.rate)
@@ -124,8 +125,15 @@ def track_growth(
             state.prev_t, snapshot.now, now_rate * dt, start, open_work, bins
         )
         if closed:
-            reqs = requirements(bins, len(closed), reqs, d.boot_s, d.budget)
+            old = reqs
+            reqs = requirements(bins, len(closed), old, d.boot_s, d.budget)
             level = reserve(bins, reqs, d.risk)
+            if d.wake_s < d.boot_s:  # a wake was measured: bursts over one wake, too
+                base = wake_reqs or old  # history from before: its boot windows (an upper bound)
+                wake_reqs = requirements(bins, len(closed), base, d.wake_s, d.budget)
+                wake_level = reserve(bins, wake_reqs, d.risk)
+            else:
+                wake_reqs, wake_level = (), level
     return replace(
         state,
         rate=load.rate,
@@ -140,6 +148,8 @@ def track_growth(
         bins=bins,
         reqs=reqs,
         reserve=level,
+        wake_reqs=wake_reqs,
+        wake_reserve=wake_level,
     )
 
 

@@ -47,7 +47,8 @@ class Derived:
     """One decision's values derived from what was measured (boot time) and the knobs."""
 
     boot_s: float  # measured boot, else ``ttft_measure.PRIOR_BOOT_S`` (reserve windows)
-    drain_credit_s: float  # measured boot, else 0: backlog the fleet drains meanwhile
+    wake_s: float  # measured wake of a sleeping replica (warm pool), else ``boot_s``
+    drain_credit_s: float  # measured delay of the next up-move (wake or boot), else 0
     growth_tau_s: float  # smoothing of the sustained arrival rate
     startup_grace_s: float  # how long a scale-up counts as booting
     risk: float  # 1 - target attainment
@@ -70,11 +71,15 @@ class TTFTQueueState:
     prompt_s: float | None = None  # mean uncached prefill time of one request, seconds
     boot_samples: tuple[float, ...] = ()  # latest replica boot times, seconds
     boot_pending: tuple[float, int] | None = None  # (time of an up-move, its target)
+    wake_samples: tuple[float, ...] = ()  # latest wake times of sleeping replicas, seconds
+    wake_pending: tuple[float, int] | None = None  # an up-move the warm pool covered
     bin_start: float | None = None  # the open arrival bin
     bin_work: float = 0.0
     bins: tuple[float, ...] = ()  # prefill work arrived per closed bin, replica-seconds
     reqs: tuple[float, ...] = ()  # each closed bin's requirement, replicas
     reserve: int = 0  # replicas the recent burstiness calls for at the target attainment
+    wake_reqs: tuple[float, ...] = ()  # requirements over one wake (warm pool), else ()
+    wake_reserve: int = 0  # awake replicas the bursts within one wake call for
     settling: bool = False  # an up-move is booting or settling: ignore the backlog term
     ready_at: float | None = None  # when every replica of the last up-move reported
     # moves (ttft_queue)

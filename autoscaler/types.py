@@ -67,6 +67,7 @@ class MetricsSnapshot:
     current_replicas: int  # replicas running or starting
     replicas: tuple[ReplicaMetrics, ...]  # metrics from running replicas
     pending_requests: float = 0.0  # requests held at the ingress (e.g. scaled to zero)
+    warm_replicas: int = 0  # asleep (sleep mode), serving seconds after an up-move wakes them
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--max-replicas", type=int, default=None)
     a("--startup-s", type=float, default=30.0, help="virtual seconds until a new replica is ready")
     a(
+        "--warm-pool",
+        type=int,
+        default=0,
+        help="sleeping replicas kept (vLLM sleep mode, level 1): a scale-up wakes them first",
+    )
+    a(
+        "--wake-s",
+        type=float,
+        default=None,
+        help="virtual seconds to wake a sleeping replica (default: weights / host-to-GPU copy)",
+    )
+    a(
         "--kv-event-delay-ms",
         type=float,
         default=0.0,
@@ -62,6 +74,7 @@ def spec_from_args(args: argparse.Namespace) -> TwinSpec:
         replicas=args.replicas, hardware=args.hardware, model=args.model, tp=args.tp,
         router=args.router, autoscale=args.autoscale, min_replicas=args.min_replicas,
         max_replicas=args.max_replicas, startup_s=args.startup_s,
+        warm_pool=args.warm_pool, wake_s=args.wake_s,
         kv_event_delay_ms=args.kv_event_delay_ms, batching=args.batching,
         batch_size=args.batch_size, batch_timeout_ms=args.batch_timeout_ms, seed=args.seed,
         block_size=args.block_size, max_num_seqs=args.max_num_seqs,

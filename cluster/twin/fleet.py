@@ -8,7 +8,8 @@ Events on one heap, ordered by virtual time:
   engine starts a step at once;  step end -> apply the batch, stream tokens, retire
   finished requests, start the next step;  tick (every ``tick_s``) -> sample imbalance,
   build a MetricsSnapshot, ask the scaling policy, start replicas (ready after
-  ``startup_s``) or drain the least busy ones.
+  ``startup_s``) or drain the least busy ones; with a warm pool (``warm_pool.py``) wake
+  sleeping replicas first and put drained ones to sleep.
 Multi-turn sessions are closed loops: a turn is sent at max(its arrival, previous turn's
 end). Requests nobody can take (no ready replica) wait at the ingress.
 """
@@ -22,11 +23,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoscaler.common import clamp
-from autoscaler.types import MetricsSnapshot, ScalingConfig, ScalingPolicy
+from autoscaler.types import ScalingConfig, ScalingPolicy
 from bench.types import RequestRecord, RequestSpec
+from cluster.twin.lifecycle import READY, ReplicaLifecycle
 from cluster.twin.replica import SimReplica
-from cluster.twin.scaling import imbalance, plan_scaling
+from cluster.twin.scaling import imbalance
+from cluster.twin.warm_pool import PoolConfig, WarmPool
 from replicas.sim import profiles
 from replicas.sim.core import CoreConfig
 from replicas.sim.request import SimRequest
@@ -40,7 +42,7 @@ from router.types import (
 )
 from router.views import make_request_view
 
-STEP, TICK, READY, ARRIVE, DRAIN, KV_EVENT = 0, 1, 2, 3, 4, 5
+STEP, TICK, ARRIVE, DRAIN, KV_EVENT = 0, 1, 3, 4, 5  # event kinds (READY = 2: lifecycle)
 STUCK_AFTER_S = 3600.0  # virtual seconds without progress before giving up
 
 
@@ -58,6 +60,7 @@ class ClusterConfig:
     # 0: the router reads each replica's stats at decision time and uses them as they are;
     # > 0: a replica's report is kept this long, and corrected as a live router does (FleetBook)
     stats_period_s: float = 0.0
+    pool: PoolConfig = field(default_factory=PoolConfig)  # sleeping replicas kept (sleep mode)
 
 
 @dataclass(slots=True)
@@ -66,7 +69,7 @@ class _Pending:
     send_s: float
 
 
-class ClusterSim:
+class ClusterSim(ReplicaLifecycle):
     def __init__(
         self,
         config: ClusterConfig,
@@ -90,6 +93,7 @@ class ClusterSim:
         self.scale_log: list[tuple[float, int]] = []
         for _ in range(config.replicas):
             self._launch(ready_at=0.0)
+        self.pool = WarmPool.full(config.pool)
         hw = profiles.hardware(config.core.hardware)
         self.block_size = config.core.block_size or hw.default_block_size
         fresh = config.stats_period_s <= 0
@@ -148,6 +152,7 @@ class ClusterSim:
         self.cpu_s = time.process_time() - cpu  # robust to other processes sharing the cores
         for rep in self.replicas.values():
             rep.stop(self.now)
+        self.pool.filling = 0  # replicas still booting into the pool: stopped above
         return [self.records[k] for k in sorted(self.records)]
 
     # ---- events ---------------------------------------------------------------------
@@ -167,6 +172,9 @@ class ClusterSim:
             self._tick()
         elif kind == READY:
             obj.ready = True
+            if obj.for_pool:  # booted into the warm pool: straight to sleep
+                self.pool.filling -= 1
+                self._sleep(obj)
             self._drain_ingress()
         elif kind == DRAIN:
             self._drain_ingress()
@@ -251,7 +259,7 @@ class ClusterSim:
         if wake is not None:
             self._push(max(wake, now), STEP, (rep, rep.gen))
         if rep.draining and rep.ongoing == 0:
-            self._retire(rep)
+            self._release(rep)
 
     def _complete(self, rep: SimReplica, req: SimRequest) -> None:
         spec: RequestSpec = req.payload  # type: ignore[assignment]
@@ -282,17 +290,6 @@ class ClusterSim:
             self._push(max(t, self.now), ARRIVE, (nxt, t))
 
     # ---- replicas and autoscaling -----------------------------------------------------
-    def _launch(self, ready_at: float) -> SimReplica:
-        rid = f"replica-{self._next_id:03d}"
-        self._next_id += 1
-        rep = SimReplica(rid, self.config.core, self.now, self._kv_callback(rid))
-        self.replicas[rid] = rep
-        if ready_at <= self.now:
-            rep.ready = True
-        else:
-            self._push(ready_at, READY, rep)
-        return rep
-
     def _kv_callback(self, rid: str) -> Callable[[str, tuple[int, ...]], None] | None:
         if not self.config.kv_events:
             return None
@@ -311,15 +308,6 @@ class ClusterSim:
 
         return emit
 
-    def _retire(self, rep: SimReplica) -> None:
-        from router.types import ReplicaGone
-
-        rep.stop(self.now)
-        self.retired.append(self.replicas.pop(rep.replica_id))
-        assert self.policy is not None
-        self.book.gone(rep.replica_id)
-        self.policy.observe(ReplicaGone(rep.replica_id, self.now))
-
     def _tick(self) -> None:
         ratio = imbalance([r.ongoing for r in self.replicas.values() if r.routable])
         if ratio is not None:
@@ -330,32 +318,6 @@ class ClusterSim:
             self._flush_partial_batches()
         if self._done < self._total and self.now - self._last_progress < STUCK_AFTER_S:
             self._push(self.now + self.config.tick_s, TICK, None)
-
-    def _scale(self) -> None:
-        assert self.scaler is not None
-        cfg = self.scaling
-        live = [r for r in self.replicas.values() if not r.draining]
-        snapshot = MetricsSnapshot(
-            now=self.now,
-            current_replicas=len(live),
-            replicas=tuple(r.metrics(self.now) for r in live if r.ready),
-            pending_requests=float(len(self.ingress)),
-        )
-        desired, self.scale_state = self.scaler.decide(snapshot, cfg, self.scale_state)
-        desired = clamp(int(desired), cfg)
-        if desired == len(live):
-            return
-        self.scale_log.append((self.now, desired))
-        plan = plan_scaling(desired, live)
-        for _ in range(plan.launch):
-            self._launch(ready_at=self.now + self.config.startup_s)
-        for rep in plan.cancel:
-            rep.draining = True
-            self._retire(rep)
-        for rep in plan.drain:
-            rep.draining = True
-            if rep.ongoing == 0 and rep.batch is None:
-                self._retire(rep)
 
     def _flush_partial_batches(self) -> None:
         """Static batching would wait forever for a full last batch: release it."""

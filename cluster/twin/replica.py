@@ -19,6 +19,7 @@ class SimReplica:
         "batch_start",
         "core",
         "draining",
+        "for_pool",
         "gen",
         "ongoing",
         "ready",
@@ -41,6 +42,7 @@ class SimReplica:
         self.gen = 0  # invalidates stale step events
         self.ready = False
         self.draining = False
+        self.for_pool = False  # booting into the warm pool: asleep once ready, never routed
         self.started_at = now
         self.stopped_at: float | None = None
         self.served = 0

@@ -1,5 +1,6 @@
 """Result JSON of a simulated run: ``bench.report.summarize`` plus cluster-level numbers
-(prefix-cache hit rate, replica-seconds, load imbalance, simulator speed)."""
+(prefix-cache hit rate, replica-seconds, load imbalance, simulator speed; with a warm pool,
+its sleeping replica-seconds and the cost with them counted)."""
 
 from __future__ import annotations
 
@@ -26,13 +27,23 @@ def cluster_numbers(sim: ClusterSim) -> dict[str, Any]:
     samples = sim.imbalance_samples
     wall = getattr(sim, "wall_s", 0.0)
     cpu = getattr(sim, "cpu_s", 0.0)
+    awake = sum(r.lifetime(sim.now) for r in reps)
+    pool = sim.config.pool
+    asleep = sim.pool.sleeping_seconds(sim.now)
     return {
         "cache": {
             "hit_rate": hits / queries if queries else 0.0,
             "hit_tokens": hits,
             "query_tokens": queries,
         },
-        "replica_seconds": sum(r.lifetime(sim.now) for r in reps),
+        "replica_seconds": awake,  # awake: GPUs held (booting, serving, going to sleep)
+        "pool": {
+            "size": pool.size,
+            "wake_s": pool.wake_s,
+            "sleeping_replica_seconds": asleep,
+            "cost_fraction": pool.cost_fraction,
+            "cost_replica_seconds": awake + pool.cost_fraction * asleep,
+        },
         "imbalance": {
             "mean": sum(samples) / len(samples) if samples else None,
             "p95": _quantile(samples, 0.95),

@@ -19,6 +19,7 @@ from autoscaler.types import ScalingConfig
 from bench.arrivals import poisson
 from bench.types import RequestSpec
 from cluster.twin.fleet import ClusterConfig, ClusterSim
+from cluster.twin.warm_pool import pool_config
 from replicas.sim.core import CoreConfig
 
 
@@ -33,6 +34,8 @@ class TwinSpec:
     min_replicas: int | None = None
     max_replicas: int | None = None
     startup_s: float = 30.0  # virtual seconds until a new replica is ready
+    warm_pool: int = 0  # sleeping replicas kept (vLLM sleep mode; ``twin.warm_pool``)
+    wake_s: float | None = None  # asleep -> serving; None: from the weights and the hardware
     kv_event_delay_ms: float = 0.0  # prefix-precise: engine → router delay of each KV event
     batching: str = "continuous"
     batch_size: int = 0  # static/dynamic batch size (0 = max_num_seqs)
@@ -71,6 +74,7 @@ def build_twin(spec: TwinSpec, slo: Mapping[str, float]) -> ClusterSim:
         replicas=start, core=spec.core_config(), model_name=spec.model,
         min_replicas=lo, max_replicas=hi, startup_s=spec.startup_s,
         kv_events=spec.router == "prefix-precise", kv_event_delay_s=spec.kv_event_delay_ms / 1000,
+        pool=pool_config(spec.warm_pool, spec.hardware, spec.model, spec.tp, spec.wake_s),
     )  # fmt: skip
     scaler = scaling = None
     if spec.autoscale:

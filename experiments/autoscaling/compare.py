@@ -48,6 +48,9 @@ SLO_S = 2.0
 SIM_FLOOR = {"azure-hour": 8, "azure-hour-8b": 2, "step": 5}  # baselines' floor variants
 # Fixed fleets run on each workload; the cheapest reaching 99 % is the reference.
 SIM_STATIC = {"azure-hour": range(16, 25), "azure-hour-8b": range(1, 5), "step": range(5, 11)}
+# Warm pools of sleeping replicas (vLLM sleep mode, ``cluster.twin.warm_pool``) the defaults
+# run with: the pool size is a deployment choice, so every trace gets the same sweep.
+SIM_POOLS = (1, 2, 4, 8)
 SIM_STEP = StepLoad(rate=2.0, factor=4.0, phases=(300.0, 600.0, 900.0))
 LIVE_STEP = StepLoad(rate=1.5, factor=4.0, phases=(20.0, 30.0, 40.0))
 # One replica nearly carries LIVE_STEP (99.21 % in livesim), so no autoscaler can save
@@ -67,7 +70,8 @@ class Variant:
         lo = int(self.overrides.get("min_replicas", lo))
         known = set(ScalingConfig.__dataclass_fields__) - {"params", "min_replicas", "max_replicas"}
         top = {k: v for k, v in self.overrides.items() if k in known}
-        params = {k: v for k, v in self.overrides.items() if k not in known | {"min_replicas"}}
+        setup_keys = {"min_replicas", "warm_pool"}
+        params = {k: v for k, v in self.overrides.items() if k not in known | setup_keys}
         return ScalingConfig(
             min_replicas=lo, max_replicas=hi, ttft_slo_s=SLO_S, params=params, **top
         )
@@ -77,6 +81,8 @@ def sim_variants(name: str) -> list[Variant]:
     floor = SIM_FLOOR[name]
     f = {"min_replicas": floor}
     out = [Variant("ttft-queue", "defaults")]  # nothing tuned per trace
+    for n in SIM_POOLS:
+        out.append(Variant("ttft-queue", f"defaults, warm pool {n}", {"warm_pool": n}))
     ray_delays = {"upscale_delay_s": 30.0, "downscale_delay_s": 600.0}  # Ray Serve's defaults
     for t in (0.5, 1.0, 2.0, 4.0):
         ongoing = {"target_ongoing_requests": t}
@@ -234,7 +240,8 @@ def run_sim_mode(
             if v.policy == "static":  # a fixed fleet: the "none" policy held at min = max
                 scaling = replace(scaling, max_replicas=scaling.min_replicas)
             setup = replace(base, min_replicas=scaling.min_replicas,
-                            max_replicas=scaling.max_replicas)  # fmt: skip
+                            max_replicas=scaling.max_replicas,
+                            warm_pool=int(v.overrides.get("warm_pool", 0)))  # fmt: skip
             policy = "none" if v.policy == "static" else v.policy
             run = run_sim(specs, policy, scaling, setup, tail_s=tail)
             meta = {"mode": mode, "workload": name, "policy": v.policy, "tuning": v.tuning,
@@ -244,7 +251,9 @@ def run_sim_mode(
 
 
 def write_reach(out: Path, name: str, specs: list[RequestSpec], setup: SimSetup) -> None:
-    """The reach bound of a sim workload (``reach.py``), saved for the report."""
+    """The reach bounds of a sim workload (``reach.py``), saved for the report: one boot,
+    and one wake of a sleeping replica (what a warm pool can reach at best)."""
+    from cluster.twin.warm_pool import pool_config
     from experiments.autoscaling.reach import reach, reach_line
     from experiments.autoscaling.sim import nominal_prefill_rate, run_sim
 
@@ -253,13 +262,18 @@ def write_reach(out: Path, name: str, specs: list[RequestSpec], setup: SimSetup)
         scaling = ScalingConfig(min_replicas=n, max_replicas=n, ttft_slo_s=SLO_S)
         return run_sim(specs, "none", scaling, fixed).records
 
-    r = reach(specs, nominal_prefill_rate(setup), setup.startup_s, SLO_S, static)
+    rate = nominal_prefill_rate(setup)
+    r = reach(specs, rate, setup.startup_s, SLO_S, static)
+    wake_s = pool_config(1, setup.hardware, setup.model, setup.tp).wake_s
+    w = reach(specs, rate, wake_s, SLO_S, static)
     path = out / "runs" / f"reach-{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"workload": name, "attainment": r.attainment, "lost": r.lost,
-            "line": reach_line(r, setup.startup_s)}  # fmt: skip
+            "line": reach_line(r, setup.startup_s), "wake_s": wake_s,
+            "wake_attainment": w.attainment,
+            "wake_line": "with a warm pool, " + reach_line(w, wake_s, "wake")}  # fmt: skip
     path.write_text(json.dumps(data) + "\n")
-    print(f"sim {name}: {data['line']}", flush=True)
+    print(f"sim {name}: {data['line']}\nsim {name}: {data['wake_line']}", flush=True)
 
 
 def run_live_mode(

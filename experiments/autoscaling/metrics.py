@@ -8,7 +8,9 @@ decision (virtual time) or every poll (live), and the per-request records. Outpu
 - time to react: from a load step to the first scale-up at or after it;
 - replica-seconds: the integral of the replica count (starting replicas included — they
   cost money) from the first sample to ``end_s``; the simulator reports its own exact
-  number (launch to retirement) which the caller may pass instead.
+  number (launch to retirement) which the caller may pass instead. With a warm pool the
+  caller passes the cost (awake plus sleeping replica-seconds at their cost fraction), and
+  the row also carries both parts (``awake_replica_s``, ``asleep_replica_s``).
 """
 
 from __future__ import annotations
@@ -95,6 +97,19 @@ def scorecard(
         "react_s": None if step_t is None else reaction_s(events, step_t),
         "scale_events": len(events),
         "reversals": reversals(events),
+        **_pool_parts(summary),
+    }
+
+
+def _pool_parts(summary: dict[str, Any]) -> dict[str, Any]:
+    pool = summary.get("pool") or {}
+    if not pool.get("size"):
+        return {}
+    return {
+        "awake_replica_s": summary.get("replica_seconds"),
+        "asleep_replica_s": pool.get("sleeping_replica_seconds"),
+        "asleep_cost_fraction": pool.get("cost_fraction"),
+        "wake_s": pool.get("wake_s"),
     }
 
 
@@ -119,6 +134,14 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
             f"| {_fmt(r.get('react_s'), '.1f')} | {r.get('scale_events', '–')} "
             f"| {r.get('reversals', '–')} | {r.get('failed', 0)} |"
         )
+    pooled = [r for r in rows if r.get("asleep_replica_s") is not None]
+    if pooled:
+        lines.append("")
+        lines.append("Warm pool rows: replica-s = awake + asleep × cost fraction (a sleeper "
+                     "holds only host memory for its weights); awake / asleep replica-s: "
+                     + "; ".join(f"{r.get('tuning', '')}: {r['awake_replica_s']:.0f} / "
+                                 f"{r['asleep_replica_s']:.0f} × {r['asleep_cost_fraction']:.3f}, "
+                                 f"wake {r['wake_s']:.1f} s" for r in pooled) + ".")  # fmt: skip
     return "\n".join(lines)
 
 

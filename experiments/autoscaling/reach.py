@@ -86,7 +86,7 @@ def reach(
     return Reach(1.0 - len(lost) / total, len(lost), tuple(events), budget, prompt_s)
 
 
-def reach_line(r: Reach, boot_s: float) -> str:
+def reach_line(r: Reach, boot_s: float, delay: str = "boot") -> str:
     worst = max(r.events, key=lambda e: e.need - e.seen, default=None)
     where = (
         f"the largest jump at {worst.t:.0f} s needs {worst.need:.1f} replicas after at most "
@@ -96,7 +96,7 @@ def reach_line(r: Reach, boot_s: float) -> str:
     )
     return (
         f"reach: a policy sized on the requirements it has seen reaches at most "
-        f"{100 * r.attainment:.2f} % ({r.lost} requests lost within one {boot_s:.0f}-s boot of "
+        f"{100 * r.attainment:.2f} % ({r.lost} requests lost within one {boot_s:.3g}-s {delay} of "
         f"{len(r.events)} unprecedented bins; {where}; budget {r.budget_s:.2f} s, mean "
         f"prefill {r.prompt_s:.2f} s)"
     )

@@ -65,6 +65,8 @@ def report_workload(
     reach = json.loads(reach_path.read_text()) if mode == "sim" and reach_path.exists() else None
     if reach:
         lines += f"\n- {reach['line']}"
+        if "wake_line" in reach:
+            lines += f"\n- {reach['wake_line']}"
     text = f"### {mode}: {name}\n\n{markdown_table(_rows(mine))}\n\nGoals:\n{lines}\n"
     return text, {"rows": _rows(mine), "goals": goals, "reach": reach}
 

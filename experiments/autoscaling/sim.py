@@ -37,6 +37,7 @@ class SimSetup:
     tick_s: float = 1.0  # how often the policy decides (Serve's control loop: 0.1 s)
     min_replicas: int = 1
     max_replicas: int = 64
+    warm_pool: int = 0  # sleeping replicas kept (``cluster.twin.warm_pool``)
 
 
 LIVE_MODEL = SimSetup(
@@ -59,6 +60,7 @@ def twin_spec(setup: SimSetup, policy: str) -> TwinSpec:
         replicas=setup.min_replicas, min_replicas=setup.min_replicas,
         max_replicas=setup.max_replicas, hardware=setup.hardware, model=setup.model,
         tp=setup.tp, router=setup.router, autoscale=policy, startup_s=setup.startup_s,
+        warm_pool=setup.warm_pool,
     )  # fmt: skip
 
 
@@ -86,7 +88,9 @@ def run_sim(
     result = build_result(sim, records, {"policy": policy}, slo)
     end = float(sim.now)
     samples = [Sample(0.0, setup.min_replicas), *recorder.samples]
-    return PolicyRun(result, samples, records, end, float(result["replica_seconds"]))
+    # the cost: awake replica-seconds, plus the warm pool's sleepers at their cost fraction
+    cost = float(result["pool"]["cost_replica_seconds"])
+    return PolicyRun(result, samples, records, end, cost)
 
 
 def nominal_prefill_rate(setup: SimSetup) -> float:

@@ -43,6 +43,8 @@ OWN_SIGNALS = {
         "prefill_arrival_ratio",
         "burst_reserve_replicas",
         "boot_s",
+        "wake_s",
+        "warm_replicas",
     },
     "ongoing-requests": set(),
     "utilization": {"utilization_ratio"},
