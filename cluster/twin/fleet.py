@@ -20,17 +20,17 @@ import heapq
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.types import ScalingConfig, ScalingPolicy
 from bench.types import RequestRecord, RequestSpec
+from cluster.twin.config import ClusterConfig
 from cluster.twin.lifecycle import READY, ReplicaLifecycle
 from cluster.twin.replica import SimReplica
 from cluster.twin.scaling import imbalance
-from cluster.twin.warm_pool import PoolConfig, WarmPool
+from cluster.twin.warm_pool import WarmPool
 from replicas.sim import profiles
-from replicas.sim.core import CoreConfig
 from replicas.sim.request import SimRequest
 from router.bookkeeping import FleetBook
 from router.types import (
@@ -44,23 +44,6 @@ from router.views import make_request_view
 
 STEP, TICK, ARRIVE, DRAIN, KV_EVENT = 0, 1, 3, 4, 5  # event kinds (READY = 2: lifecycle)
 STUCK_AFTER_S = 3600.0  # virtual seconds without progress before giving up
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterConfig:
-    replicas: int = 1
-    core: CoreConfig = field(default_factory=CoreConfig)
-    model_name: str = "sim"
-    min_replicas: int = 1
-    max_replicas: int = 1
-    startup_s: float = 30.0  # virtual seconds from scale-up to a ready replica
-    tick_s: float = 1.0  # metrics sampling / autoscaling period
-    kv_events: bool = False  # feed KVBlocksStored/Removed to the policy
-    kv_event_delay_s: float = 0.0  # engine -> router transport delay of those events
-    # 0: the router reads each replica's stats at decision time and uses them as they are;
-    # > 0: a replica's report is kept this long, and corrected as a live router does (FleetBook)
-    stats_period_s: float = 0.0
-    pool: PoolConfig = field(default_factory=PoolConfig)  # sleeping replicas kept (sleep mode)
 
 
 @dataclass(slots=True)

@@ -17,14 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from autoscaler.common import clamp
 from autoscaler.types import MetricsSnapshot, ScalingConfig, ScalingPolicy
+from cluster.twin.config import ClusterConfig
 from cluster.twin.replica import SimReplica
 from cluster.twin.scaling import plan_scaling
 from cluster.twin.warm_pool import WarmPool
 from router.bookkeeping import FleetBook
 from router.types import RoutingPolicy
-
-if TYPE_CHECKING:
-    from cluster.twin.fleet import ClusterConfig
 
 READY = 2  # the event kind ``fleet`` dispatches when a started replica can serve
 
