@@ -97,7 +97,11 @@ def run(args: argparse.Namespace) -> int:
         length_scale=args.length_scale, time_scale=args.time_scale,
     )  # fmt: skip
     arrivals = arrival_times(specs, args.rate, args.seed)
-    sim = build_twin(spec_from_args(args), slo)
+    try:
+        sim = build_twin(spec_from_args(args), slo)
+    except ValueError as err:  # a setup the twin cannot model, e.g. a warm pool on CPU
+        print(f"llmfleet sim: error: {err}", file=sys.stderr)
+        return 2
     records = sim.run(specs, arrivals)
     config = {k: v for k, v in vars(args).items() if k not in ("func", "out")}
     config.update(mode="sim", block_size=sim.block_size)

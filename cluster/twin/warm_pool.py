@@ -48,7 +48,9 @@ def pool_config(
     """The pool of ``size`` sleepers of ``model`` on ``tp`` GPUs of ``hardware``: the copy
     time of one GPU's share of the weights (plus ``WAKE_OVERHEAD_S``) to wake, the copy
     alone to sleep, and the weights' share of the host memory as the cost fraction."""
-    if size <= 0:
+    if size < 0:
+        raise ValueError(f"a warm pool of {size} replicas")
+    if size == 0:
         return PoolConfig()
     if hardware not in HOST_TO_DEVICE_BPS:
         raise ValueError(f"no sleep mode on {hardware!r} (vLLM's is CUDA/ROCm only)")

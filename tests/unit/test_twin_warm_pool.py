@@ -10,6 +10,7 @@ import pytest
 
 from autoscaler.types import MetricsSnapshot, ScalingConfig
 from bench.types import RequestSpec
+from cluster.twin import cli
 from cluster.twin.fleet import ClusterConfig, ClusterSim
 from cluster.twin.results import build_result
 from cluster.twin.spec import TwinSpec, build_twin
@@ -42,6 +43,17 @@ def test_pool_config_from_the_weights_and_the_hardware() -> None:
     assert pool_config(0, "cpu", "smollm2-135m", 1) == PoolConfig()  # no pool: nothing asked
     with pytest.raises(ValueError, match="no sleep mode"):
         pool_config(1, "cpu", "smollm2-135m", 1)  # vLLM-CPU has no sleep mode
+    with pytest.raises(ValueError, match="-1"):
+        pool_config(-1, "h100", "llama-3-8b", 1)
+
+
+def test_the_cli_refuses_a_pool_the_hardware_cannot_have(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--hardware", "cpu", "--model", "smollm2-135m", "--workload", "random:input=64",
+            "--num-requests", "2", "--warm-pool", "1", "--out", "unused.json"]  # fmt: skip
+    assert cli.main(argv) == 2
+    assert "no sleep mode on 'cpu'" in capsys.readouterr().err
 
 
 def test_warm_pool_bookkeeping() -> None:
