@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from types import SimpleNamespace
 from typing import Any
 
-from autoscaler.types import MetricsSnapshot, ReplicaMetrics
+from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig
 from bench.stub_server import StubServer
 from contracts.metrics import Metric
 from router.types import RequestView
@@ -102,6 +102,30 @@ def snapshot(
     now: float, current: int, reps: Sequence[ReplicaMetrics], pending: float = 0.0
 ) -> MetricsSnapshot:
     return MetricsSnapshot(now, current, tuple(reps), pending)
+
+
+class StepScaler:
+    """A scaling policy that follows a plan ``[(from_t, replicas), ...]`` (the last entry whose
+    time has come wins) and keeps every snapshot it was shown."""
+
+    name = "step"
+
+    def __init__(self, plan: list[tuple[float, int]]) -> None:
+        self.plan = plan
+        self.snapshots: list[MetricsSnapshot] = []
+
+    def initial_state(self) -> dict[str, Any]:
+        return {}
+
+    def decide(
+        self, snapshot: MetricsSnapshot, _config: ScalingConfig, state: dict[str, Any]
+    ) -> tuple[int, dict[str, Any]]:
+        self.snapshots.append(snapshot)
+        desired = snapshot.current_replicas
+        for t, n in self.plan:
+            if snapshot.now >= t:
+                desired = n
+        return desired, state
 
 
 # ---- metrics -----------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.types import MetricsSnapshot, ScalingConfig
+from autoscaler.types import ScalingConfig
 from bench.types import RequestSpec
 from cluster.twin import cli
 from cluster.twin.fleet import ClusterConfig, ClusterSim
@@ -25,6 +25,7 @@ from router.types import (
     RouterEvent,
     RoutingDecision,
 )
+from tests.fakes import StepScaler
 
 CORE = CoreConfig(model="llama-3-8b", hardware="h100", block_size=16, max_num_batched_tokens=512)
 
@@ -132,27 +133,6 @@ def test_multi_turn_waits_for_previous_turn() -> None:
     recs = sim.run(specs, [0.0, 0.0, 0.0])
     for prev, nxt in itertools.pairwise(recs):
         assert nxt.send_s >= prev.send_s + prev.e2e_s - 1e-9
-
-
-class StepScaler:
-    name = "step"
-
-    def __init__(self, plan: list[tuple[float, int]]) -> None:
-        self.plan = plan
-        self.snapshots: list[MetricsSnapshot] = []
-
-    def initial_state(self) -> dict:
-        return {}
-
-    def decide(
-        self, snapshot: MetricsSnapshot, _config: ScalingConfig, state: dict
-    ) -> tuple[int, dict]:
-        self.snapshots.append(snapshot)
-        desired = snapshot.current_replicas
-        for t, n in self.plan:
-            if snapshot.now >= t:
-                desired = n
-        return desired, state
 
 
 def test_autoscaling_starts_after_startup_and_counts_replica_seconds() -> None:

@@ -25,6 +25,7 @@ from cluster.twin.warm_pool import (
 from replicas.sim import profiles
 from replicas.sim.core import CoreConfig
 from router.types import ReplicaView, RequestView, RoutingDecision
+from tests.fakes import StepScaler
 
 CORE = CoreConfig(model="llama-3-8b", hardware="h100", block_size=16, max_num_batched_tokens=512)
 POOL = PoolConfig(size=2, wake_s=0.5, sleep_s=0.25, cost_fraction=0.1)
@@ -82,29 +83,9 @@ class FirstReady:
         pass
 
 
-class Scripted:
-    """Desired replicas from a plan ``[(from_t, n), ...]``; keeps every snapshot."""
-
-    name = "scripted"
-
-    def __init__(self, plan: list[tuple[float, int]]) -> None:
-        self.plan, self.snapshots = plan, []
-
-    def initial_state(self) -> None:
-        return None
-
-    def decide(self, snapshot: MetricsSnapshot, _config: Any, state: None) -> tuple[int, None]:
-        self.snapshots.append(snapshot)
-        desired = snapshot.current_replicas
-        for t, n in self.plan:
-            if snapshot.now >= t:
-                desired = n
-        return desired, state
-
-
-def _run(plan: list[tuple[float, int]], pool: PoolConfig) -> tuple[ClusterSim, Scripted, dict]:
+def _run(plan: list[tuple[float, int]], pool: PoolConfig) -> tuple[ClusterSim, StepScaler, dict]:
     specs = [RequestSpec(i, tuple(range(i, i + 32)), 4) for i in range(30)]
-    scaler = Scripted(plan)
+    scaler = StepScaler(plan)
     cfg = ClusterConfig(replicas=1, core=CORE, startup_s=5.0, tick_s=1.0, pool=pool)
     sim = ClusterSim(
         cfg, FirstReady(), scaler=scaler, scaling=ScalingConfig(min_replicas=1, max_replicas=8)
@@ -114,7 +95,7 @@ def _run(plan: list[tuple[float, int]], pool: PoolConfig) -> tuple[ClusterSim, S
     return sim, scaler, build_result(sim, recs, {})
 
 
-def _at(scaler: Scripted, t: float) -> MetricsSnapshot:
+def _at(scaler: StepScaler, t: float) -> MetricsSnapshot:
     return next(s for s in scaler.snapshots if s.now >= t)
 
 
