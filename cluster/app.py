@@ -128,6 +128,7 @@ def router_options(cfg: FleetConfig, block_size: int) -> dict[str, Any]:
             "block_size": block_size,
             "snapshot_store": ACTOR_NAME,
             "snapshot_key": f"{APP_NAME}/{policy}",
+            "share_routes": policy in SHARED_INDEX_POLICIES,
         }
         if policy == "prefix-precise":
             kwargs["kv_events_endpoint_template"] = KV_EVENTS_ENDPOINT
@@ -162,20 +163,27 @@ def autoscaling_options(cfg: FleetConfig) -> dict[str, Any]:
     return {"autoscaling_config": asc}
 
 
-# Policies whose prefix index each router learns from the requests it routes itself: two
-# ingress replicas would each learn half the traffic and split a prefix's requests between
-# two replicas' caches, so by default they get one (restarted by Serve when it fails).
-LEARNED_INDEX_POLICIES = frozenset({"prefix", "sglang-tree", "ray-prefix"})
+# Policies whose prefix index each router learns from the requests it routes itself. Ours
+# share what they learn between the ingress replicas' routers (router/route_share.py), so
+# every router sees the whole traffic. Ray's own ``ray-prefix`` cannot: two of its routers
+# would each learn half the traffic and split a prefix's requests between two replicas'
+# caches, so by default it gets one ingress replica (restarted by Serve when it fails).
+SHARED_INDEX_POLICIES = frozenset({"prefix", "sglang-tree"})
+UNSHARED_INDEX_POLICIES = frozenset({"ray-prefix"})
 
 
 def ingress_replicas(cfg: FleetConfig) -> int:
+    """``server.ingress_replicas`` when set; else 2 when the fleet may have several engine
+    replicas (a second ingress survives the first one's failure and halves its load),
+    unless the policy's routers would split what they learn (``UNSHARED_INDEX_POLICIES``);
+    else 1."""
     if cfg.server.ingress == "direct":
         return 1  # it serves one port itself
     if cfg.server.ingress_replicas is not None:
         return cfg.server.ingress_replicas
     a = cfg.autoscaling
     several = cfg.replicas.num_replicas > 1 or (a.enabled and a.max_replicas > 1)
-    if not several or cfg.routing.policy in LEARNED_INDEX_POLICIES:
+    if not several or cfg.routing.policy in UNSHARED_INDEX_POLICIES:
         return 1
     return 2
 

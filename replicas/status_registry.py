@@ -1,6 +1,10 @@
 """A tiny named actor holding each replica's latest stats, for ``llmfleet status`` and
 ``GET /health``. Replicas report every second (fire-and-forget); readers get a snapshot.
 Not on the request path: routing and autoscaling read Serve's own stats channels.
+It also holds what the routers share: each router's prefix index snapshot
+(``router/serve_snapshot.py``) and the live route log (``replicas/route_log.py``, read and
+written by ``router/serve_share.py``; ``routes_since`` waits up to ``wait_s`` for a batch,
+so the actor is async: every method runs on its one event loop, one at a time).
 A row is the replica's ``ReplicaStats.to_wire()`` plus ``replica``, ``pid`` and ``reported_at``;
 readers decode it with ``contracts.stats.from_wire`` (``llmfleet status``) or read single
 keys that every version has (``healthy`` for ``GET /health``).
@@ -9,10 +13,13 @@ keys that every version has (``healthy`` for ``GET /health``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
 import ray
+
+from replicas.route_log import RouteLog
 
 NAMESPACE = "llmfleet"
 ACTOR_NAME = "llmfleet-status"
@@ -24,6 +31,8 @@ class FleetStatus:
     def __init__(self) -> None:
         self._replicas: dict[str, dict[str, Any]] = {}
         self._snapshots: dict[str, bytes] = {}  # router state (prefix index), by router key
+        self._routes = RouteLog()
+        self._appended: dict[str, asyncio.Event] = {}  # channel -> set on its next append
 
     def report(self, replica_id: str, stats: dict[str, float], pid: int = 0) -> None:
         # stats: ReplicaStats wire; pid: the replica's process (operators, chaos tests)
@@ -35,6 +44,30 @@ class FleetStatus:
 
     def get_snapshot(self, key: str) -> bytes | None:
         return self._snapshots.get(key)
+
+    async def append_routes(self, channel: str, origin: str, batch: bytes) -> int:
+        seq = self._routes.append(channel, origin, batch)
+        event = self._appended.pop(channel, None)
+        if event is not None:
+            event.set()
+        return seq
+
+    async def routes_since(
+        self, channel: str, epoch: str, seq: int, origin: str, wait_s: float = 0.0
+    ) -> tuple[str, int, list[tuple[str, bytes]]]:
+        """Batches of other origins from ``seq`` on (``RouteLog.since``); with none yet, wait
+        up to ``wait_s`` for one (a long poll: a router hears of a route within one call)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            got = self._routes.since(channel, epoch, seq, origin)
+            left = deadline - loop.time()
+            if got[2] or left <= 0:
+                return got
+            epoch, seq = got[0], got[1]  # skip own batches and read on from there
+            event = self._appended.setdefault(channel, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), left)
 
     def forget(self, replica_id: str) -> None:
         self._replicas.pop(replica_id, None)
@@ -48,8 +81,9 @@ class FleetStatus:
 
 def ensure_status_actor() -> Any:
     """Restarted by Ray whenever its process dies (``max_restarts=-1``); it holds only the
-    latest reports, which the replicas send again within a second, and the router
-    snapshots, which routers store again every ``SNAPSHOT_PERIOD_S``."""
+    latest reports, which the replicas send again within a second, the router
+    snapshots, which routers store again every ``SNAPSHOT_PERIOD_S``, and the shared route
+    log, which a new epoch tells the routers to read again from its (empty) start."""
     return FleetStatus.options(  # type: ignore[attr-defined]  # @ray.remote adds options()
         name=ACTOR_NAME,
         namespace=NAMESPACE,

@@ -10,6 +10,8 @@ Modes
   window would otherwise scatter (docs/results/router.md). When a replica's events stop
   (``is_stale``: requests for ``fallback_after_s`` and no event), its entries keep coming
   from routing alone, capped by the LRU — the approximate mode — until events return.
+  Both modes also insert the routes other routers made (``PeerRouted``, from
+  ``router/route_share.py``), so several ingress replicas learn the whole traffic.
 - oracle (``oracle``, simulator only): leading cached blocks come from an exact
   ``cache_lookup(replica_id, block_hashes)``; nothing is learned.
 Scoring: the registered scorer plugins with a non-zero config weight
@@ -37,6 +39,7 @@ from router.types import (
     Completed,
     KVBlocksRemoved,
     KVBlocksStored,
+    PeerRouted,
     ReplicaGone,
     ReplicaView,
     RequestView,
@@ -184,6 +187,10 @@ class PrefixAwarePolicy:
         elif isinstance(event, KVBlocksStored):
             if self.mode == MODE_PRECISE:
                 self._heard_from(event.replica_id, event.now)
+                self._apply_capacity(event.replica_id)
+                self.index.insert(event.replica_id, event.block_hashes)
+        elif isinstance(event, PeerRouted):
+            if self.mode != MODE_ORACLE:
                 self._apply_capacity(event.replica_id)
                 self.index.insert(event.replica_id, event.block_hashes)
         elif isinstance(event, KVBlocksRemoved):

@@ -18,8 +18,12 @@ finishes; ``update_replicas`` with the full replica set on every change and
   ``on_request_completed`` → Completed, ``on_replica_actor_died`` / a replica leaving
   ``update_replicas`` → ReplicaGone.
 Nothing blocks the event loop: the index lives in this process; ``serve_snapshot.py`` stores
-it in the status actor every few seconds and restores it when a new router starts. With policy
-``prefix-precise`` and ``kv_events_endpoint_template`` (e.g.
+it in the status actor every few seconds and restores it when a new router starts. With
+``share_routes`` (set by ``cluster/app.py`` for the policies that learn from their own
+routing), ``serve_share.py`` sends every routed request's (replica, blocks) to the other
+ingress replicas' routers and hands theirs to the policy as ``PeerRouted``, dropping routes
+to replicas this router does not know (gone, or not yet announced by ``update_replicas``).
+With policy ``prefix-precise`` and ``kv_events_endpoint_template`` (e.g.
 ``"ipc:///tmp/llmfleet-kv-{replica_id}"``), one ZMQ subscriber per replica feeds KV events
 to the policy through ``loop.call_soon_threadsafe``.
 Metrics (Serve counters from ``contracts.metrics``, created once per router by
@@ -55,12 +59,15 @@ from contracts.stats import ReplicaStats, from_wire
 from router.bookkeeping import FleetBook
 from router.kv_subscriber import KVEventSubscriber
 from router.registry import make_policy
+from router.route_share import SharedRoute
 from router.scorers import queue_depth
+from router.serve_share import PeerShare
 from router.serve_snapshot import IndexSnapshots
 from router.types import (
     Completed,
     KVBlocksStored,
     NoReplicaAvailable,
+    PeerRouted,
     ReplicaGone,
     ReplicaView,
     RequestView,
@@ -126,9 +133,16 @@ class LLMFleetRequestRouter(RequestRouter):
         single_caller: bool = True,
         snapshot_store: str | None = None,
         snapshot_key: str = "router",
+        share_routes: bool = False,
     ) -> None:
         self.policy_name = policy
         self.snapshots = IndexSnapshots(snapshot_store, snapshot_key)
+        self.peers = (
+            PeerShare(snapshot_store, snapshot_key, self._apply_peer_routes)
+            if share_routes and snapshot_store is not None
+            else None
+        )
+        self.peer_routes_dropped = 0
         self.policy: RoutingPolicy = make_policy(
             policy, seed=seed, block_size=block_size, config=config
         )
@@ -215,6 +229,8 @@ class LLMFleetRequestRouter(RequestRouter):
             self.initialize_state()
         if not self.snapshots.restored:
             await self.snapshots.restore(self.policy)
+        if self.peers is not None and not self.peers.started:
+            self.peers.start()
         avoid = avoided_of(pending_request)
         if avoid:  # unless nothing else is left: a fleet of one still serves
             kept = [r for r in candidate_replicas if r.replica_id.unique_id not in avoid]
@@ -259,6 +275,16 @@ class LLMFleetRequestRouter(RequestRouter):
         if request is not None:
             self._count_tokens(request.prompt_tokens, cached)
             self._observe(Routed(request, replica_id.unique_id, now))
+            if self.peers is not None:
+                self.peers.record(replica_id.unique_id, request.block_hashes)
+
+    def _apply_peer_routes(self, routes: list[SharedRoute]) -> None:
+        now = self.clock()
+        for route in routes:
+            if route.replica_id in self.known:
+                self._observe(PeerRouted(route.replica_id, route.block_hashes, now))
+            else:
+                self.peer_routes_dropped += 1
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         request_id, rid = self.book.completed(internal_request_id, replica_id.unique_id)

@@ -8,7 +8,8 @@ the replica's KV capacity. Per request:
 2. Else take the replica with the longest prefix match; if match / prompt blocks exceeds
    ``cache_threshold`` route there (``affinity``).
 3. Else route to the replica with the smallest tree, i.e. most free cache (``fallback``).
-The chosen replica's tree then learns the request's blocks (on ``Routed``).
+The chosen replica's tree then learns the request's blocks (on ``Routed``, and on
+``PeerRouted`` for the routes other ingress replicas' routers made).
 Knobs (RouterConfig): sglang_cache_threshold 0.5, sglang_balance_abs_threshold 32,
 sglang_balance_rel_threshold 1.0001 — SGLang's defaults.
 """
@@ -22,7 +23,15 @@ from router.config import RouterConfig
 from router.index import PrefixIndex
 from router.pipeline import available, pick_best, pick_least_loaded
 from router.scorers import queue_depth
-from router.types import ReplicaGone, ReplicaView, RequestView, Routed, RouterEvent, RoutingDecision
+from router.types import (
+    PeerRouted,
+    ReplicaGone,
+    ReplicaView,
+    RequestView,
+    Routed,
+    RouterEvent,
+    RoutingDecision,
+)
 
 
 class SGLangTreePolicy:
@@ -68,11 +77,12 @@ class SGLangTreePolicy:
         return RoutingDecision(smallest, "fallback", rates, matches[smallest])
 
     def observe(self, event: RouterEvent) -> None:
-        if isinstance(event, Routed):
+        if isinstance(event, Routed | PeerRouted):
             cap = self._capacity_hint.get(event.replica_id)
             if cap:
                 self.index.set_capacity(event.replica_id, cap)
-            self.index.insert(event.replica_id, event.request.block_hashes)
+            hashes = event.request.block_hashes if isinstance(event, Routed) else event.block_hashes
+            self.index.insert(event.replica_id, hashes)
         elif isinstance(event, ReplicaGone):
             self.index.drop_replica(event.replica_id)
             self._capacity_hint.pop(event.replica_id, None)

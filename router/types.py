@@ -87,7 +87,17 @@ class KVBlocksRemoved:
     now: float
 
 
-RouterEvent = Routed | Completed | ReplicaGone | KVBlocksStored | KVBlocksRemoved
+@dataclass(frozen=True, slots=True)
+class PeerRouted:
+    """Another router (another ingress replica) routed a request with these blocks to this
+    replica (``router/route_share.py``): what its own ``Routed`` taught it."""
+
+    replica_id: str
+    block_hashes: tuple[int, ...]
+    now: float
+
+
+RouterEvent = Routed | Completed | ReplicaGone | KVBlocksStored | KVBlocksRemoved | PeerRouted
 
 
 class NoReplicaAvailable(Exception):

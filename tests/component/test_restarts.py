@@ -25,6 +25,9 @@ def fleet(ray_session: None) -> Iterator[None]:
             "engine": {"type": "sim", "sim": {"speed": 4.0, "block_size": 16}},
             "replicas": {"num_replicas": 3, "num_cpus": 0.1},
             "routing": {"policy": "prefix", "stats_period_s": 0.2},
+            # one ingress: after the kill its router is the only one, so the hit rate shows
+            # what the snapshot restored (test_shared_routes.py covers two)
+            "server": {"ingress_replicas": 1},
         },
         timeout_s=180,
     )

@@ -41,7 +41,7 @@ def test_gpu_placement_and_live_fields() -> None:
     asc = replica["autoscaling_config"]
     assert (asc["min_replicas"], asc["max_replicas"]) == (2, 6)
     assert "max_replicas" not in asc["policy"]["policy_kwargs"]["config"]
-    assert ingress == {"name": "OpenAIIngress", "num_replicas": 1}
+    assert ingress == {"name": "OpenAIIngress", "num_replicas": 2}  # prefix routers share
     config = app["args"]["config"]
     assert config["cluster"] == {"weights_uri": "gs://my-models/qwen3-32b"}  # read by replicas
     assert "max_replicas" not in config["autoscaling"]

@@ -46,8 +46,13 @@ def test_ingress_replicas_default() -> None:
     assert ingress_replicas(one) == 1
     many = parse_config({"replicas": {"num_replicas": 4}, "routing": {"policy": "p2c"}})
     assert ingress_replicas(many) == 2
-    learned = parse_config({"replicas": {"num_replicas": 4}, "routing": {"policy": "prefix"}})
-    assert ingress_replicas(learned) == 1
+    for policy in ("prefix", "sglang-tree"):  # their routers share what they learn
+        shared = parse_config({"replicas": {"num_replicas": 4}, "routing": {"policy": policy}})
+        assert ingress_replicas(shared) == 2
+    scaled = parse_config({"autoscaling": {"enabled": True, "max_replicas": 3}})
+    assert ingress_replicas(scaled) == 2
+    apart = parse_config({"replicas": {"num_replicas": 4}, "routing": {"policy": "ray-prefix"}})
+    assert ingress_replicas(apart) == 1
     set_ = parse_config({"replicas": {"num_replicas": 4}, "server": {"ingress_replicas": 3}})
     assert ingress_replicas(set_) == 3
 
