@@ -104,6 +104,15 @@ def snapshot(
     return MetricsSnapshot(now, current, tuple(reps), pending)
 
 
+def rep(i: int, wpt: float = 0.0, rate: float = 1000.0, **kw: float) -> ReplicaMetrics:
+    """Replica ``r{i}`` with ``wpt`` prefill tokens waiting at ``rate`` tokens/s."""
+    return ReplicaMetrics(f"r{i}", waiting_prefill_tokens=wpt, prefill_tokens_per_s=rate, **kw)
+
+
+def idle(n: int) -> list[ReplicaMetrics]:
+    return [rep(i) for i in range(n)]
+
+
 class StepScaler:
     """A scaling policy that follows a plan ``[(from_t, replicas), ...]`` (the last entry whose
     time has come wins) and keeps every snapshot it was shown."""

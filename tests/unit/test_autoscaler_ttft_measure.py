@@ -29,20 +29,12 @@ from autoscaler.ttft_types import (
     TTFTQueueParams,
 )
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig
-from tests.fakes import snapshot
+from tests.fakes import idle, rep, snapshot
 
 CFG = ScalingConfig(min_replicas=1, max_replicas=8, ttft_slo_s=2.0)
 POLICY = TTFTQueuePolicy()
 S0 = TTFTQueueState()
 P = TTFTQueueParams()
-
-
-def rep(i: int, wpt: float = 0.0, rate: float = 1000.0, **kw: float) -> ReplicaMetrics:
-    return ReplicaMetrics(f"r{i}", waiting_prefill_tokens=wpt, prefill_tokens_per_s=rate, **kw)
-
-
-def idle(n: int) -> list[ReplicaMetrics]:
-    return [rep(i) for i in range(n)]
 
 
 def test_the_rule_constants_these_tests_assume() -> None:
