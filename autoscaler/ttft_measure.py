@@ -109,9 +109,10 @@ def requirements(
 def reserve(bins: tuple[float, ...], reqs: tuple[float, ...], risk: float) -> int:
     """Smallest ``n`` with at most ``risk`` of the history's work in bins requiring more."""
     total = sum(bins)
-    if total <= 0:
+    if total <= 0 or risk >= 1.0:  # target attainment 0: no reserve at all
         return 0
-    allowed = risk * total
+    # ``missed`` sums the same bins in another order: a rounding difference is not a miss
+    allowed = risk * total * (1.0 + 1e-9)
     missed = 0.0
     for need, work in sorted(zip(reqs, bins, strict=True), reverse=True):
         if missed + work > allowed:

@@ -17,6 +17,7 @@ is killed on the way out (also on error). Exit 3: the fake provider could not st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -100,10 +101,32 @@ def sample(head_id: str) -> dict[str, Any]:
     }
 
 
+AUTOSCALER_SERIES = ("ray_llmfleet_autoscaler_desired_replicas", "ray_llmfleet_autoscaler_signal")
+
+
+def autoscaler_view(metrics_port: int) -> dict[str, float]:
+    """The policy's desired count and signals as the head's metrics endpoint shows them (the
+    diagnosis when the fleet does not drain in time): ``desired`` and one key per signal."""
+    import re
+    import urllib.request
+
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        text = resp.read().decode()
+    view: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(AUTOSCALER_SERIES):
+            continue
+        name, _, value = line.rpartition(" ")
+        sig = re.search(r'signal="([^"]+)"', name)
+        view[sig.group(1) if sig else "desired"] = round(float(value), 3)
+    return view
+
+
 class Sampler(threading.Thread):
-    def __init__(self, head_id: str, t0: float) -> None:
+    def __init__(self, head_id: str, t0: float, metrics_port: int | None = None) -> None:
         super().__init__(daemon=True)
-        self.head_id, self.t0 = head_id, t0
+        self.head_id, self.t0, self.metrics_port = head_id, t0, metrics_port
         self.samples: list[dict[str, Any]] = []
         self.stop_event = threading.Event()
 
@@ -114,6 +137,10 @@ class Sampler(threading.Thread):
                 self.samples.append({"t": round(time.monotonic() - self.t0, 2), **s})
             except Exception:  # a transient GCS/controller hiccup must not end the run
                 pass
+            if self.metrics_port is not None and self.samples:
+                # not exported yet, or a scrape mid-restart: the next sample tries again
+                with contextlib.suppress(OSError, ValueError):
+                    self.samples[-1]["autoscaler"] = autoscaler_view(self.metrics_port)
             self.stop_event.wait(0.5)
 
     def last(self) -> dict[str, Any]:
@@ -223,7 +250,8 @@ def scenario(cfg: FleetConfig, cluster: FakeCluster, out: Path) -> dict[str, Any
     loopback_node(cfg)
     ray.init(address=address, namespace="llmfleet", logging_level=logging.WARNING,
              log_to_driver=False)  # fmt: skip
-    sampler = Sampler(ray.get_runtime_context().get_node_id(), t0)
+    head_id = ray.get_runtime_context().get_node_id()
+    sampler = Sampler(head_id, t0, cluster.ports.get("metrics-export-port"))
     result["head"] = sampler.head_id
     try:
         phases(cfg, sampler, out, result)

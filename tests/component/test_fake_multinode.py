@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,9 @@ def run_scenario(temp_dir: Path, out: Path, log: Path) -> subprocess.CompletedPr
     cmd += ["--temp-dir", str(temp_dir), "--out", str(out)]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_AUTH_MODE"] = "token"  # read when Ray is imported: the scenario's driver joins
+    # The fake cluster's own token (the cluster and the driver inherit it): the scenario
+    # needs no ~/.ray/auth_token, which exists only once some other Ray session made one.
+    env["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
     with log.open("w") as f:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
                               text=True, timeout=240)  # fmt: skip
@@ -60,10 +64,32 @@ def scenario_result(tmp_path: Path, model_dir: Path) -> Any:
         subprocess.run(["rm", "-rf", str(temp_dir)], check=False)
 
 
+SIGNALS = (
+    "desired",
+    "prefill_arrival_ratio",
+    "prefill_backlog_s",
+    "burst_reserve_replicas",
+    "boot_s",
+)
+
+
+def report(r: Any) -> str:
+    """Phase ends, then one line per sample: time, replicas, workers, and what the policy saw
+    (its desired count and signals from the head's metrics endpoint), so a failed drain says
+    which term held the replicas."""
+    ends = {k: r.get(f"{k}_s") for k in ("first_replica", "bench", "one_replica", "one_worker")}
+    lines = [f"phase ends (s): {ends}"]
+    for s in r["samples"]:
+        view = s.get("autoscaler", {})
+        sig = " ".join(f"{k}={view[k]}" for k in SIGNALS if k in view)
+        lines.append(f"{s['t']:7.2f} replicas={s['replicas']} workers={len(s['workers'])} {sig}")
+    return "\n".join(lines)
+
+
 def test_worker_nodes_come_for_gpu_replicas_and_leave_when_idle(scenario_result: Any) -> None:
     r = scenario_result
     samples, head = r["samples"], r["head"]
-    trace = [(s["t"], s["replicas"], len(s["workers"])) for s in samples]
+    trace = report(r)
     bench = r["bench"]["requests"]
     assert bench["failed"] == 0, bench
     assert bench["completed"] == r["bench"]["sent"], bench

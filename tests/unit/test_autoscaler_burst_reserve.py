@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass
 from itertools import count
 
@@ -113,6 +115,21 @@ def test_reserve_is_the_smallest_fleet_that_misses_at_most_risk_of_the_work() ->
     assert reserve((0.0, 0.0, 4.0, 0.0), (0.0, 0.0, 2.0, 4 / 3), 0.01) == 2
     # weighted by work, not by bins: many light bins needing much are outweighed
     assert reserve((0.01,) * 50 + (10.0,), (4.0,) * 50 + (1.0,), 0.05) == 1
+
+
+def test_a_risk_that_allows_every_miss_reserves_nothing_whatever_the_rounding() -> None:
+    # Summed in need order, the bins can exceed their plain sum by one rounding step; that
+    # step once held 2 replicas after the load with target attainment 0 (fake multi-node).
+    rng = random.Random(1)
+    for _ in range(500):
+        bins = tuple(rng.random() * 3 for _ in range(rng.randint(2, 30)))
+        reqs = tuple(b / 2.5 + rng.random() for b in bins)
+        assert reserve(bins, reqs, 1.0) == 0, (bins, reqs)
+        # needs equal to work: a risk of exactly the heaviest half's share lets that half miss
+        heavy = sorted(bins, reverse=True)
+        k = len(bins) // 2
+        share = sum(heavy[:k]) / sum(bins)
+        assert reserve(bins, bins, share) == math.ceil(heavy[k]), (bins, share)
 
 
 @dataclass
