@@ -133,7 +133,7 @@ class EngineConfig(_Strict):
     null: NullArgs = Field(default_factory=NullArgs, description="Null engine arguments.")
     fault_injection: bool = Field(
         False,
-        description="Testing only: replicas accept inject_fault('hang') through their handle (chaos tests and benchmarks).",
+        description="Testing only: replicas accept inject_fault('hang', 'fail' or 'recover') through their handle (chaos tests and benchmarks).",
     )
     fail_after_tokens: int | None = Field(
         None,

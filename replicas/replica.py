@@ -28,6 +28,7 @@ from typing import Any
 
 from contracts.http import Accepted, ForwardedRequest, ReplicaFailed, ResponseHead
 from replicas.factory import build_engine
+from replicas.faults import InjectedFault
 from replicas.metrics import ReplicaMetrics
 from replicas.stall import StallWatch
 
@@ -50,6 +51,7 @@ class LLMReplica:
         self._stall = StallWatch(float(engine_spec.get("stall_timeout_s", 30.0)))
         self._stalled: str | None = None
         self._fault_injection = bool(engine_spec.get("fault_injection", False))
+        self._failing = False  # inject_fault("fail")
         self._handlers: set[asyncio.Task[Any]] = set()
         await self.engine.start()
         served = str(engine_spec.get("openai", {}).get("served_name", ""))
@@ -100,6 +102,8 @@ class LLMReplica:
         if self._stalled is not None:
             raise ReplicaFailed(self._stalled)
         yield Accepted(self.replica_id)
+        if self._failing:
+            raise InjectedFault(f"injected failure on replica {self.replica_id}")
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
@@ -127,14 +131,21 @@ class LLMReplica:
             for task in list(self._handlers):
                 task.cancel()
 
-    async def inject_fault(self, kind: str) -> None:
-        """Testing only (``engine.fault_injection``): ``hang`` stops the engine's steps."""
+    async def inject_fault(self, kind: str) -> str:
+        """Testing only (``engine.fault_injection``): ``hang`` stops the engine's steps;
+        ``fail`` makes every request this replica accepts from now on fail (an engine
+        error, the replica stays up and healthy: a flapping replica); ``recover`` undoes
+        ``fail``. Returns this replica's id."""
         if not self._fault_injection:
             raise PermissionError("fault injection is off (engine.fault_injection)")
         engine = getattr(self.engine, "inner", self.engine)
-        if kind != "hang" or not hasattr(engine, "hang"):
+        if kind in ("fail", "recover"):
+            self._failing = kind == "fail"
+        elif kind == "hang" and hasattr(engine, "hang"):
+            engine.hang()
+        else:
             raise ValueError(f"fault {kind!r} is not supported by this engine")
-        engine.hang()
+        return self.replica_id
 
     async def abort(self, request_id: str) -> None:
         await self.engine.abort(request_id)
