@@ -42,7 +42,7 @@ lint: install
 	$(PY) -m cluster.observe.render --check  # dashboards/ is what the code generates
 
 test: model lint install-prometheus
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=25 tests
 
 unit: install
 	$(VENV)/bin/pytest -q tests/unit
