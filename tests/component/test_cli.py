@@ -100,6 +100,7 @@ def test_up_status_down(tmp_path: Path, env: dict[str, str]) -> None:
         )
         assert r.status_code == 200
         assert r.json()["usage"]["completion_tokens"] == 3
+        _serves_the_api(PORT, "proxy")  # the default ingress mode
         deadline = time.monotonic() + 20
         while True:
             st = run(["status"], env)
@@ -199,47 +200,50 @@ def test_up_autoscale_scales_1_to_n_to_1_under_bench_load(
         proc.wait(timeout=60)
 
 
-@pytest.mark.parametrize("ingress", ["direct", "proxy"])
-def test_both_ingress_modes_serve_the_port(
-    tmp_path: Path, env: dict[str, str], ingress: str
-) -> None:
-    """`server.ingress`: direct (the ingress replica serves the port and Serve's proxy sits on
-    port + 100) and proxy (the default: Serve's proxy on the port) answer the same API: a
-    stream with the replica header, an OpenAI-shaped 404, a client that drops a stream."""
-    port = PORT + (3 if ingress == "direct" else 4)
+def _serves_the_api(port: int, ingress: str) -> None:
+    """The same API in either ``server.ingress`` mode: a stream with the replica header, an
+    OpenAI-shaped 404, a client that drops a stream; Serve's proxy on port + 100 only with
+    direct."""
+    url = f"http://127.0.0.1:{port}"
+    body = {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.stream(
+        "POST", f"{url}/v1/chat/completions", timeout=60,
+        json={**body, "stream": True, "max_tokens": 5},
+    ) as r:  # fmt: skip
+        assert r.status_code == 200
+        assert r.headers["x-llmfleet-replica"]
+        lines = [ln for ln in r.iter_lines() if ln]
+    assert lines[-1] == "data: [DONE]"
+    assert sum('"content"' in ln for ln in lines) >= 5
+    bad = httpx.post(f"{url}/v1/chat/completions", json={**body, "model": "x"}, timeout=30)
+    assert bad.status_code == 404
+    assert bad.json()["error"]["code"] == "model_not_found"
+    with httpx.stream(
+        "POST", f"{url}/v1/chat/completions", timeout=60,
+        json={**body, "stream": True, "max_tokens": 400},
+    ) as r:  # fmt: skip
+        next(r.iter_lines())  # drop the stream after its first event
+    again = httpx.post(f"{url}/v1/chat/completions", json={**body, "max_tokens": 2}, timeout=60)
+    assert again.status_code == 200
+    other = f"http://127.0.0.1:{port + 100}/v1/models"
+    if ingress == "direct":  # Serve's proxy still runs, aside
+        assert httpx.get(other, timeout=30).status_code == 200
+    else:
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(other, timeout=3)
+
+
+def test_direct_ingress_serves_the_port(tmp_path: Path, env: dict[str, str]) -> None:
+    """`server.ingress: direct`: the ingress replica serves the port and Serve's proxy sits
+    on port + 100 (the default, proxy, is checked the same way in test_up_status_down)."""
+    port = PORT + 3
     yaml_text = (
-        f"server:\n  port: {port}\n  metrics_export_port: {port + 10_000}\n  ingress: {ingress}\n"
+        f"server:\n  port: {port}\n  metrics_export_port: {port + 10_000}\n  ingress: direct\n"
         "replicas:\n  num_cpus: 0.1\nengine:\n  sim:\n    speed: 5.0\n"
     )
     proc = _start(tmp_path, env, yaml_text, ("--replicas", "1"))
-    url = f"http://127.0.0.1:{port}"
-    body = {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "hi"}]}
     try:
-        with httpx.stream(
-            "POST", f"{url}/v1/chat/completions", timeout=60,
-            json={**body, "stream": True, "max_tokens": 5},
-        ) as r:  # fmt: skip
-            assert r.status_code == 200
-            assert r.headers["x-llmfleet-replica"]
-            lines = [ln for ln in r.iter_lines() if ln]
-        assert lines[-1] == "data: [DONE]"
-        assert sum('"content"' in ln for ln in lines) >= 5
-        bad = httpx.post(f"{url}/v1/chat/completions", json={**body, "model": "x"}, timeout=30)
-        assert bad.status_code == 404
-        assert bad.json()["error"]["code"] == "model_not_found"
-        with httpx.stream(
-            "POST", f"{url}/v1/chat/completions", timeout=60,
-            json={**body, "stream": True, "max_tokens": 400},
-        ) as r:  # fmt: skip
-            next(r.iter_lines())  # drop the stream after its first event
-        again = httpx.post(f"{url}/v1/chat/completions", json={**body, "max_tokens": 2}, timeout=60)
-        assert again.status_code == 200
-        other = f"http://127.0.0.1:{port + 100}/v1/models"
-        if ingress == "direct":  # Serve's proxy still runs, aside
-            assert httpx.get(other, timeout=30).status_code == 200
-        else:
-            with pytest.raises(httpx.HTTPError):
-                httpx.get(other, timeout=3)
+        _serves_the_api(port, "direct")
     finally:
         run(["down"], env)
         proc.wait(timeout=60)
