@@ -185,13 +185,17 @@ def clear_state() -> None:
 
 
 def pid_alive(pid: int) -> bool:
+    """The process runs: a zombie (exited, not yet reaped by its parent, e.g. a supervisor
+    or test harness that started ``up``) counts as gone, so ``down`` does not wait out its
+    timeout for it."""
+    import psutil
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.AccessDenied:
         return True
-    return True
 
 
 def node_processes(name_part: str) -> list[Any]:
