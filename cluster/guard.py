@@ -53,10 +53,10 @@ class Pass:
 
 
 class Guard:
-    def __init__(self, keys_file: str | None, share: float = 1.0) -> None:
+    def __init__(self, keys_file: str | None, share: float = 1.0, rank: int = 0) -> None:
         self.keys = KeyStore.from_config(keys_file)
         self.on = self.keys.configured()
-        self.quotas = QuotaLimiter(share=share)
+        self.quotas = QuotaLimiter(share=share, rank=rank)
 
     def authenticate(self, authorization: str | None, path: str) -> ApiKey | None:
         if not self.on:

@@ -114,6 +114,15 @@ def _deployments() -> dict[str, Any]:
     return out
 
 
+def _replica_rank() -> int:
+    """This ingress replica's rank among its deployment's (0..N-1; Serve assigns it at
+    start), which picks its part of the quotas' whole-number limits; 0 outside Serve."""
+    try:
+        return int(serve.get_replica_context().rank.rank)
+    except Exception:  # not in a replica (tests)
+        return 0
+
+
 @serve.ingress(app)
 class OpenAIIngress:
     def __init__(self, replicas: Any, settings: dict[str, Any]) -> None:
@@ -123,7 +132,11 @@ class OpenAIIngress:
         self.max_body = int(settings.get("max_body_bytes", 8 << 20))
         self.max_headers = int(settings.get("max_header_bytes", 64 << 10))
         self.tokenizer = load_tokenizer(settings["tokenizer_path"])
-        self.guard = Guard(settings.get("api_keys_file"), share=settings.get("quota_share", 1.0))
+        self.guard = Guard(
+            settings.get("api_keys_file"),
+            share=settings.get("quota_share", 1.0),
+            rank=_replica_rank(),
+        )
         relay = RelaySettings(
             admission_timeout_s=float(settings.get("admission_timeout_s", 10.0)),
             request_timeout_s=float(settings.get("request_timeout_s", 600.0)),

@@ -16,8 +16,11 @@ Algorithm
     releases the in-flight slot; settling a ticket twice does nothing.
 Knobs
     ``share`` (default 1.0) scales every limit: each of N ingress replicas enforces limit/N
-    (``share = 1/N``), at least 1 per bucket and 1 stream. ``clock`` (default
-    ``time.monotonic``) is injected for tests and simulations.
+    (``share = 1/N``), at least 1 per bucket. Concurrent streams are whole: the ingress of
+    ``rank`` r (0..N-1, Serve's replica rank) gets limit // N, plus one if r < limit % N,
+    so the parts add up to the limit (3 streams over 2 ingresses: 2 + 1, not 1 + 1); a
+    limit below N gives every ingress 1. ``clock`` (default ``time.monotonic``) is injected
+    for tests and simulations.
 Fleet-wide tolerance
     Serve's proxy spreads requests over the N ingress replicas and each admits at most
     limit/N per minute, so the fleet total never exceeds the limit (except for limits below
@@ -155,11 +158,15 @@ def _fmt(value: float) -> str:
 
 
 class QuotaLimiter:
-    def __init__(self, clock: Callable[[], float] = time.monotonic, share: float = 1.0) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, share: float = 1.0, rank: int = 0
+    ) -> None:
         if not 0.0 < share <= 1.0:
             raise ValueError(f"share must be in (0, 1], got {share}")
         self._clock = clock
         self._share = share
+        self._parts = max(1, round(1.0 / share))  # N ingress replicas
+        self._rank = rank % self._parts
         self._keys: dict[str, _KeyState] = {}
         self._open: dict[int, Ticket] = {}
         self._ids = itertools.count(1)
@@ -264,7 +271,7 @@ class QuotaLimiter:
     def _check_streams(self, state: _KeyState, limit: int | None) -> _Refusal | None:
         if limit is None:
             return None
-        cap = max(1, math.floor(limit * self._share))
+        cap = self.stream_cap(limit)
         if state.in_flight < cap:
             return None
         per = "" if self._share == 1.0 else f" ({cap} per ingress)"
@@ -273,6 +280,13 @@ class QuotaLimiter:
             f"in flight {state.in_flight}. Retry after {format_duration(STREAMS_RETRY_S)}."
         )
         return _Refusal("streams", STREAMS_RETRY_S, message)
+
+    def stream_cap(self, limit: int) -> int:
+        """This ingress's part of a key's concurrent-stream limit."""
+        n = self._parts
+        if limit < n:
+            return 1
+        return limit // n + (1 if self._rank < limit % n else 0)
 
     def _per_ingress(self, bucket: TokenBucket) -> str:
         return "" if self._share == 1.0 else f" ({_fmt(bucket.capacity)} per ingress)"

@@ -321,3 +321,25 @@ def test_changed_limits_apply_to_the_existing_bucket() -> None:
     a = ok(q.admit("k", Limits(requests_per_min=20), 0))
     assert a.headers["x-ratelimit-remaining-requests"] == "19"
     assert a.headers["x-ratelimit-limit-requests"] == "20"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+@pytest.mark.parametrize("limit", [1, 2, 3, 5, 7, 8])
+def test_stream_limits_split_into_whole_parts_that_add_up(n: int, limit: int) -> None:
+    caps = [QuotaLimiter(share=1.0 / n, rank=r).stream_cap(limit) for r in range(n)]
+    if limit >= n:  # 3 over 2: 2 + 1 (it was 1 + 1: a key could never reach its limit)
+        assert sum(caps) == limit
+        assert max(caps) - min(caps) <= 1
+    else:  # fewer than the ingresses: one each, up to n fleet-wide (the stated tolerance)
+        assert caps == [1] * n
+    # a rank beyond N (a replacement before Serve compacts ranks) still gets a part
+    assert QuotaLimiter(share=1.0 / n, rank=n + 1).stream_cap(limit) in caps
+
+
+def test_an_ingress_admits_its_part_of_the_streams() -> None:
+    lim = Limits(max_streams=3)
+    first, second = QuotaLimiter(share=0.5, rank=0), QuotaLimiter(share=0.5, rank=1)
+    assert [first.admit("k", lim, 0).ok for _ in range(3)] == [True, True, False]
+    assert [second.admit("k", lim, 0).ok for _ in range(2)] == [True, False]
+    refused = second.admit("k", lim, 0)
+    assert "limit 3 (1 per ingress)" in refused.message
