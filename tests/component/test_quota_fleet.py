@@ -1,4 +1,4 @@
-"""Component: a key's quota holds fleet-wide with two ingress replicas (each enforces half).
+"""Component: a key's quota holds fleet-wide with two ingress replicas (each enforces its part).
 
 Tolerance (``cluster/quotas.py``): the fleet never admits more than the limit; a client can
 be refused early by the imbalance of Serve's proxy spreading its requests over the ingress
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -22,6 +23,8 @@ LIMIT = 10
 
 
 KEY_FILE: list[Path] = []
+STREAMS_KEY: list[str] = []
+STREAMS = 3  # over 2 ingress replicas: parts 2 + 1 (by rank), not 1 + 1
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +32,7 @@ def key(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     path = Path(tmp_path_factory.mktemp("keys")) / "keys.yaml"
     KEY_FILE.append(path)
     secret = add_key(path, "capped", limits=KeyLimits(requests_per_min=LIMIT))
+    STREAMS_KEY.append(add_key(path, "three-streams", limits=KeyLimits(max_streams=STREAMS)))
     deploy_app(
         {
             "engine": {"type": "null"},
@@ -70,3 +74,32 @@ def test_a_key_added_while_serving_works_without_a_restart(key: str) -> None:
             break
         time.sleep(0.5)
     assert codes == [200] * 4, codes
+
+
+async def _stream_status(c: httpx.AsyncClient, secret: str, hold: Any, codes: list[int]) -> None:
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 1000, "ignore_eos": True, "stream": True}
+    auth = {"authorization": f"Bearer {secret}"}
+    async with c.stream("POST", "/v1/completions", json=body, headers=auth) as r:
+        codes.append(r.status_code)
+        if r.status_code == 200:
+            await hold.wait()  # keep the stream open until every request has its answer
+
+
+async def test_concurrent_streams_reach_the_limit_fleet_wide(key: str) -> None:
+    import asyncio
+
+    # One at a time, each 200 held open (~7 s at 7 ms a token): Serve's proxy sends the next
+    # to the less busy ingress replica, at random on a tie, so both fill their parts (2 + 1)
+    # within a few tries; the fleet then refuses every further stream. With 1 + 1 (the old
+    # split) only 2 would ever pass.
+    hold, codes = asyncio.Event(), []
+    tasks = []
+    async with httpx.AsyncClient(base_url=TEST_URL, timeout=60) as c:
+        for i in range(12):
+            tasks.append(asyncio.create_task(_stream_status(c, STREAMS_KEY[0], hold, codes)))
+            while len(codes) <= i and not tasks[-1].done():
+                await asyncio.sleep(0.01)
+        hold.set()
+        await asyncio.gather(*tasks)
+    assert codes.count(200) == STREAMS, codes
+    assert set(codes) == {200, 429}, codes
