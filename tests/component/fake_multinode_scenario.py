@@ -30,6 +30,7 @@ from typing import Any
 
 from cluster.config import FleetConfig, parse_config
 from cluster.deploy.fake_cluster import FakeCluster, free_port
+from contracts.metrics import AUTOSCALER_DESIRED, AUTOSCALER_SIGNAL, prom
 
 CANNOT_START = 3
 LOAD = {"rate": 3.0, "input": 1200, "output": 8, "duration_s": 30.0}  # ~2.5x one sim replica
@@ -101,7 +102,7 @@ def sample(head_id: str) -> dict[str, Any]:
     }
 
 
-AUTOSCALER_SERIES = ("ray_llmfleet_autoscaler_desired_replicas", "ray_llmfleet_autoscaler_signal")
+AUTOSCALER_SERIES = (prom(AUTOSCALER_DESIRED), prom(AUTOSCALER_SIGNAL))
 
 
 def autoscaler_view(metrics_port: int) -> dict[str, float]:
