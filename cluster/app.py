@@ -128,7 +128,8 @@ def router_options(cfg: FleetConfig, block_size: int) -> dict[str, Any]:
             "block_size": block_size,
             "snapshot_store": ACTOR_NAME,
             "snapshot_key": f"{APP_NAME}/{policy}",
-            "share_routes": policy in SHARED_INDEX_POLICIES,
+            # one ingress has no one to share with: no route log traffic in the status actor
+            "share_routes": policy in SHARED_INDEX_POLICIES and ingress_replicas(cfg) > 1,
         }
         if policy == "prefix-precise":
             kwargs["kv_events_endpoint_template"] = KV_EVENTS_ENDPOINT

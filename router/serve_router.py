@@ -99,6 +99,19 @@ def avoided_of(pending_request: PendingRequest | None) -> frozenset[str]:
     return avoid if isinstance(avoid, frozenset) else frozenset()
 
 
+def back_off_when_full(pending_request: PendingRequest | None) -> None:
+    """Let Serve sleep between rounds when every replica is full. Serve retries a request
+    with an exponential backoff only once its ``routing_context.should_backoff`` is set
+    (its locality and multiplex mixins set it; the flag defaults to False). Our tiers
+    always hold every candidate, so each round is a full one: without the flag a queued
+    request re-ran ``choose_replicas`` and probed every replica's queue length in a tight
+    loop, a quarter of the ingress's CPU while 8 requests waited (and later arrivals, even
+    the ones to be shed, waited for that loop)."""
+    context = getattr(pending_request, "routing_context", None)
+    if context is not None:
+        context.should_backoff = True
+
+
 def rank_tiers(decision: RoutingDecision, candidates: Sequence[Any]) -> list[list[Any]]:
     chosen = [r for r in candidates if r.replica_id.unique_id == decision.replica_id]
     rest = [r for r in candidates if r.replica_id.unique_id != decision.replica_id]
@@ -231,6 +244,7 @@ class LLMFleetRequestRouter(RequestRouter):
             await self.snapshots.restore(self.policy)
         if self.peers is not None and not self.peers.started:
             self.peers.start()
+        back_off_when_full(pending_request)
         avoid = avoided_of(pending_request)
         if avoid:  # unless nothing else is left: a fleet of one still serves
             kept = [r for r in candidate_replicas if r.replica_id.unique_id not in avoid]

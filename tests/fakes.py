@@ -76,9 +76,14 @@ class FakeReplica:
 
 def pending_request(view: Any, internal_id: str) -> Any:
     """Serve's ``PendingRequest`` for one ingress call (``view`` None: no RequestView)."""
+    from ray.serve._private.request_router.common import RequestRoutingContext
+
     payload = {"view": view, "body": {}} if view is not None else {"body": {}}
     return SimpleNamespace(
-        args=[payload], kwargs={}, metadata=SimpleNamespace(internal_request_id=internal_id)
+        args=[payload],
+        kwargs={},
+        metadata=SimpleNamespace(internal_request_id=internal_id),
+        routing_context=RequestRoutingContext(),
     )
 
 

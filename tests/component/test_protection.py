@@ -6,7 +6,9 @@ One simulated fleet (2 replicas × 4 slots, 8 queued at the one ingress) with a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -157,6 +159,23 @@ async def test_big_bodies_are_refused_fast_while_streams_flow(guarded_app: None)
     assert max(gaps[1:]) < 0.25, sorted(gaps)[-5:]
 
 
+def _busy_processes(window_s: float = 0.5) -> list[tuple[float, int, str]]:
+    """The machine's busiest processes over ``window_s`` (CPU %, pid, command), for the
+    timing assertion's message: on 2 cores a test's time is also whatever else runs."""
+    import psutil
+
+    procs = list(psutil.process_iter(["pid"]))
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.cpu_percent(None)
+    time.sleep(window_s)
+    out = []
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            out.append((p.cpu_percent(None), p.pid, " ".join(p.cmdline())[:60]))
+    return sorted(out, reverse=True)[:6]
+
+
 def _ingress_rss() -> int:
     procs = session_processes("OpenAIIngress")
     assert len(procs) == 1
@@ -176,6 +195,7 @@ async def _one(c: httpx.AsyncClient) -> tuple[int, float, str]:
 
 async def test_overload_is_shed_before_the_200(guarded_app: None) -> None:
     before = _ingress_rss()
+    busy = _busy_processes()
     limits = httpx.Limits(max_connections=200)
     async with httpx.AsyncClient(
         base_url=TEST_URL, headers=_auth("admin"), timeout=60, limits=limits
@@ -185,7 +205,10 @@ async def test_overload_is_shed_before_the_200(guarded_app: None) -> None:
     shed = [r for r in results if r[0] != 200]
     assert len(ok) <= 16, sorted((round(t, 2), code) for code, t, _ in results)
     assert all(code == 429 and retry for code, _, retry in shed), shed[:3]
-    assert max(took for _, took, _ in shed) < 1.0, sorted(round(t, 2) for _, t, _ in results)
+    assert max(took for _, took, _ in shed) < 1.0, (
+        f"{sorted(round(t, 2) for _, t, _ in results)}; "
+        f"load {os.getloadavg()}; busiest before the burst {busy}"
+    )
     assert _ingress_rss() - before < 50 << 20
     await asyncio.sleep(2.5)  # > one status report period: every replica idle again
     rows = httpx.get(f"{TEST_URL}/fleet/status", headers=_auth("admin"), timeout=30).json()

@@ -68,3 +68,14 @@ def test_ray_p2c_is_serves_default_router() -> None:
 
     module, _, attr = RAY_NATIVE_ROUTERS["ray-p2c"].partition(":")
     assert DEFAULT_REQUEST_ROUTER_PATH.replace(":", ".") == f"{module}.{attr}"
+
+
+def test_routes_are_shared_only_between_several_ingress_replicas() -> None:
+    def shared(server: dict[str, object], policy: str = "prefix") -> bool:
+        cfg = parse_config({"routing": {"policy": policy}, "server": server})
+        kwargs = router_options(cfg, block_size=16)["request_router_config"]
+        return bool(kwargs.request_router_kwargs["share_routes"])
+
+    assert shared({"ingress_replicas": 2})
+    assert not shared({"ingress_replicas": 1})
+    assert not shared({"ingress_replicas": 2}, policy="least-loaded")  # learns nothing

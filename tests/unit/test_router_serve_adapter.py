@@ -184,3 +184,26 @@ async def test_burst_of_concurrent_decisions_counts_pending_and_respects_the_bou
     router.book.expire(time.monotonic() + PENDING_TTL_S + 1)
     assert not router.book.pending
     assert not router.book.decisions
+
+
+async def test_a_request_no_replica_can_take_backs_off_instead_of_spinning() -> None:
+    """Serve's own retry loop with our router: every replica is full, so each round ends
+    with nothing taken. Serve sleeps between rounds (25 ms, doubling) only once the
+    request's routing context says so; before the router set it, the loop ran rounds
+    back to back, each probing every replica's queue over Ray."""
+    router = serve_router(policy="prefix")
+    reps = [FakeReplica(u, ReplicaStats(kv_capacity_tokens=16_000).to_wire()) for u in "ab"]
+    router.update_replicas(reps)
+    request = pending_request(make_request_view("r1", SYSTEM), "i1")
+    rounds = router._choose_replicas_with_backoff(request)  # Serve's loop, as its tasks run it
+    tiers = 0
+    deadline = time.monotonic() + 0.3
+    async for _ in rounds:  # a full replica: take nothing, as Serve does, and go on
+        tiers += 1
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0)  # a probe's await, without the probe
+    await rounds.aclose()
+    assert request.routing_context.should_backoff
+    # 2 tiers a round; rounds at 0, 0, 25, 75, 175 ms (and maybe 375): at most 14 tiers
+    assert tiers <= 14, tiers
