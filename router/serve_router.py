@@ -17,7 +17,8 @@ finishes; ``update_replicas`` with the full replica set on every change and
 - hooks become events for the book and the policy: ``on_request_routed`` → Routed,
   ``on_request_completed`` → Completed, ``on_replica_actor_died`` / a replica leaving
   ``update_replicas`` → ReplicaGone.
-Nothing blocks the event loop: the index lives in this process; ``serve_snapshot.py`` stores
+A request no replica can take yet is retried by Serve in rounds; ``retry_pacer.py`` paces
+them (a completion at this router wakes the oldest waiter at once). Nothing blocks the event loop: the index lives in this process; ``serve_snapshot.py`` stores
 it in the status actor every few seconds and restores it when a new router starts. With
 ``share_routes`` (set by ``cluster/app.py`` for the policies that learn from their own
 routing), ``serve_share.py`` sends every routed request's (replica, blocks) to the other
@@ -59,6 +60,7 @@ from contracts.stats import ReplicaStats, from_wire
 from router.bookkeeping import FleetBook
 from router.kv_subscriber import KVEventSubscriber
 from router.registry import make_policy
+from router.retry_pacer import RetryPacer
 from router.route_share import SharedRoute
 from router.scorers import queue_depth
 from router.serve_share import PeerShare
@@ -97,19 +99,6 @@ def avoided_of(pending_request: PendingRequest | None) -> frozenset[str]:
     payload = pending_request.args[0]
     avoid = payload.get("avoid") if isinstance(payload, dict) else None
     return avoid if isinstance(avoid, frozenset) else frozenset()
-
-
-def back_off_when_full(pending_request: PendingRequest | None) -> None:
-    """Let Serve sleep between rounds when every replica is full. Serve retries a request
-    with an exponential backoff only once its ``routing_context.should_backoff`` is set
-    (its locality and multiplex mixins set it; the flag defaults to False). Our tiers
-    always hold every candidate, so each round is a full one: without the flag a queued
-    request re-ran ``choose_replicas`` and probed every replica's queue length in a tight
-    loop, a quarter of the ingress's CPU while 8 requests waited (and later arrivals, even
-    the ones to be shed, waited for that loop)."""
-    context = getattr(pending_request, "routing_context", None)
-    if context is not None:
-        context.should_backoff = True
 
 
 def rank_tiers(decision: RoutingDecision, candidates: Sequence[Any]) -> list[list[Any]]:
@@ -163,6 +152,7 @@ class LLMFleetRequestRouter(RequestRouter):
         self.rng = random.Random(seed)
         self.clock: Callable[[], float] = time.monotonic
         self.book = FleetBook(block_size=block_size, single_caller=single_caller)
+        self.pacer = RetryPacer()  # rounds of a request no replica could take yet
         self._decoded: dict[str, tuple[Mapping[str, Any] | None, ReplicaStats]] = {}
         self.decision_counts: collections.Counter[str] = collections.Counter()
         self.kv_template = kv_events_endpoint_template if policy == "prefix-precise" else None
@@ -244,7 +234,7 @@ class LLMFleetRequestRouter(RequestRouter):
             await self.snapshots.restore(self.policy)
         if self.peers is not None and not self.peers.started:
             self.peers.start()
-        back_off_when_full(pending_request)
+        await self.pacer.before_round(getattr(pending_request, "routing_context", None))
         avoid = avoided_of(pending_request)
         if avoid:  # unless nothing else is left: a fleet of one still serves
             kept = [r for r in candidate_replicas if r.replica_id.unique_id not in avoid]
@@ -303,6 +293,7 @@ class LLMFleetRequestRouter(RequestRouter):
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         request_id, rid = self.book.completed(internal_request_id, replica_id.unique_id)
         self._observe(Completed(request_id, rid, self.clock()))
+        self.pacer.freed()
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)
@@ -315,6 +306,8 @@ class LLMFleetRequestRouter(RequestRouter):
         alive = {r.replica_id.unique_id for r in replicas}
         for rid in self.known - alive:
             self._forget(rid)
+        if alive - self.known:
+            self.pacer.wake_all()  # a new replica: room for the queued requests
         self.known = alive
 
     def _forget(self, rid: str) -> None:

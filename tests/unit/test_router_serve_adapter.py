@@ -10,6 +10,7 @@ from typing import Any
 
 from contracts.stats import UNREPORTED, ReplicaStats
 from router.bookkeeping import PENDING_TTL_S
+from router.retry_pacer import ROUND_ATTR
 from router.serve_router import rank_tiers, request_view_of
 from router.types import RoutingDecision
 from router.views import make_request_view, replica_view_from_stats
@@ -186,24 +187,63 @@ async def test_burst_of_concurrent_decisions_counts_pending_and_respects_the_bou
     assert not router.book.decisions
 
 
-async def test_a_request_no_replica_can_take_backs_off_instead_of_spinning() -> None:
-    """Serve's own retry loop with our router: every replica is full, so each round ends
-    with nothing taken. Serve sleeps between rounds (25 ms, doubling) only once the
-    request's routing context says so; before the router set it, the loop ran rounds
-    back to back, each probing every replica's queue over Ray."""
+async def _rounds_of(router: Any, request: Any, stop: asyncio.Event) -> None:
+    """Serve's own retry loop over our router, as its routing tasks run it, with every
+    replica full: each tier is taken by nobody (a probe's await, without the probe)."""
+    rounds = router._choose_replicas_with_backoff(request)
+    try:
+        async for _ in rounds:
+            if stop.is_set():
+                return
+            await asyncio.sleep(0)
+    finally:
+        await rounds.aclose()
+
+
+def _rounds(request: Any) -> int:
+    return int(getattr(request.routing_context, ROUND_ATTR, 0))
+
+
+def _full_router() -> tuple[Any, list[FakeReplica]]:
     router = serve_router(policy="prefix")
     reps = [FakeReplica(u, ReplicaStats(kv_capacity_tokens=16_000).to_wire()) for u in "ab"]
     router.update_replicas(reps)
+    return router, reps
+
+
+async def test_a_request_no_replica_can_take_waits_between_rounds_instead_of_spinning() -> None:
+    """Serve sleeps between rounds only when the routing context asks for it, which our
+    router does not: it paces rounds itself (25 ms doubling). Before either, a queued
+    request ran ~13,000 tiers in 0.3 s here, each one a Ray probe per replica in Serve."""
+    router, _ = _full_router()
     request = pending_request(make_request_view("r1", SYSTEM), "i1")
-    rounds = router._choose_replicas_with_backoff(request)  # Serve's loop, as its tasks run it
-    tiers = 0
-    deadline = time.monotonic() + 0.3
-    async for _ in rounds:  # a full replica: take nothing, as Serve does, and go on
-        tiers += 1
-        if time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0)  # a probe's await, without the probe
-    await rounds.aclose()
-    assert request.routing_context.should_backoff
-    # 2 tiers a round; rounds at 0, 0, 25, 75, 175 ms (and maybe 375): at most 14 tiers
-    assert tiers <= 14, tiers
+    stop = asyncio.Event()
+    task = asyncio.create_task(_rounds_of(router, request, stop))
+    await asyncio.sleep(0.3)
+    stop.set()
+    await asyncio.wait_for(task, 1.0)
+    assert not request.routing_context.should_backoff  # no Serve sleep on top
+    assert 3 <= _rounds(request) <= 6, _rounds(request)  # at 0, 25, 75, 175 ms
+
+
+async def test_a_completion_wakes_the_longest_waiting_request_at_once() -> None:
+    """After 1 s of waiting a request's next round is up to 0.5 s away; a request of this
+    router completing (a slot freed) starts it at once, and only the oldest waiter's."""
+    router, reps = _full_router()
+    done = pending_request(make_request_view("r0", SYSTEM), "i0")
+    router.on_request_routed(done, reps[0].replica_id, None)
+    old = pending_request(make_request_view("r1", SYSTEM), "i1")
+    young = pending_request(make_request_view("r2", SYSTEM), "i2")
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(_rounds_of(router, old, stop))]
+    await asyncio.sleep(1.0)  # old: rounds at 0, .025, .075, .175, .375, .775; next 1.275
+    tasks.append(asyncio.create_task(_rounds_of(router, young, stop)))
+    await asyncio.sleep(0.1)  # young: rounds at 0, .025, .075; next .175
+    n_old, n_young = _rounds(old), _rounds(young)
+    router.on_request_completed(reps[0].replica_id, "i0")
+    await asyncio.sleep(0.01)
+    assert (_rounds(old), _rounds(young)) == (n_old + 1, n_young)  # one slot: one request
+    assert router.pacer.wakes == 1
+    stop.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 2.0)
+    assert router.pacer.waiting == 0
