@@ -1,39 +1,26 @@
-"""Ray Serve adapter: a ``RequestRouter`` that delegates to a pure ``RoutingPolicy``.
+"""Ray Serve adapter: a ``RequestRouter`` that delegates to a pure ``RoutingPolicy``
+(docs/routing.md, "The Ray adapter").
 
-How Serve calls it: per request ``choose_replicas(candidates, pending_request)``; then
-``on_request_routed`` once the chosen replica accepted, ``on_request_completed`` when it
-finishes; ``update_replicas`` with the full replica set on every change and
-``on_replica_actor_died``. The adapter only converts and forwards:
-- each ``RunningReplica`` becomes (unique id, ``routing_stats``, Ray's queue-length cache,
-  ``max_ongoing_requests``), and ``router.bookkeeping.FleetBook.view`` turns that into the
-  ``ReplicaView`` (the book owns in-flight counts, pending decisions, outstanding prefill and
-  the correction of stale stats reports; ``routing_stats`` is ``ReplicaStats.to_wire()``,
-  decoded by the book);
-- the ingress's ``RequestView`` is read from ``pending_request.args[0]["view"]``, and the
-  replicas it asks to skip (circuit breaker, earlier failures) from ``["avoid"]``; the policy
-  decides and the adapter returns ranked tiers ``[[chosen], [others by score]]`` so Serve
-  can back off to the rest when the chosen one is full. Without a view it falls back to
-  power-of-two choices;
-- hooks become events for the book and the policy: ``on_request_routed`` → Routed,
-  ``on_request_completed`` → Completed, ``on_replica_actor_died`` / a replica leaving
-  ``update_replicas`` → ReplicaGone.
-A request no replica can take yet is retried by Serve in rounds; ``retry_pacer.py`` paces
-them (a completion at this router wakes the oldest waiter at once). Nothing blocks the event loop: the index lives in this process; ``serve_snapshot.py`` stores
-it in the status actor every few seconds and restores it when a new router starts. With
-``share_routes`` (set by ``cluster/app.py`` for the policies that learn from their own
-routing), ``serve_share.py`` sends every routed request's (replica, blocks) to the other
-ingress replicas' routers and hands theirs to the policy as ``PeerRouted``, dropping routes
-to replicas this router does not know (gone, or not yet announced by ``update_replicas``).
-With policy ``prefix-precise`` and ``kv_events_endpoint_template`` (e.g.
-``"ipc:///tmp/llmfleet-kv-{replica_id}"``), one ZMQ subscriber per replica feeds KV events
-to the policy through ``loop.call_soon_threadsafe``.
-Metrics (Serve counters from ``contracts.metrics``, created once per router by
-``use_counters``): ``ROUTER_DECISIONS`` by policy and reason per ``choose_replicas`` call;
-per routed request with a view, ``ROUTER_PROMPT_TOKENS`` and ``ROUTER_PREDICTED_CACHED_TOKENS``
-(the prefix the decision matched on the replica that took it, in tokens; 0 when Serve sent it
-to another tier or the policy predicts nothing), by policy; KV events applied to the index
-by kind in ``ROUTER_KV_EVENTS``. Local mirrors: ``decision_counts``, ``prompt_tokens``,
-``predicted_cached_tokens``, ``kv_event_counts``. Time is ``self.clock`` (``time.monotonic``).
+Serve calls ``choose_replicas(candidates, pending_request)`` per routing round, then
+``on_request_routed`` once the chosen replica accepted and ``on_request_completed`` when it
+finishes; ``update_replicas`` / ``on_replica_actor_died`` on fleet changes. The adapter
+converts and forwards:
+- a ``RunningReplica`` → ``FleetBook.view`` (``router/bookkeeping.py``: in-flight counts,
+  pending decisions, outstanding prefill, stale-report correction) of its decoded
+  ``routing_stats``, Ray's queue-length cache and ``max_ongoing_requests``;
+- ``pending_request.args[0]``: the ingress's ``RequestView`` (``"view"``; without one,
+  power of two choices) and the replicas to skip (``"avoid"``); the answer is ranked tiers
+  ``[[chosen], [others by score]]``;
+- hooks → policy events: Routed, Completed, ReplicaGone.
+Rounds of a request no replica can take yet are paced by ``retry_pacer.py``. Nothing
+blocks the event loop: ``serve_snapshot.py`` saves and restores the index in the status
+actor; with ``share_routes`` (several ingress replicas), ``serve_share.py`` exchanges routes
+with the other routers (``PeerRouted``; routes to unknown replicas dropped); in
+``prefix-precise`` mode one ZMQ subscriber per replica
+(``kv_events_endpoint_template``) feeds KV events through ``loop.call_soon_threadsafe``.
+Metrics: the ``ROUTER_*`` counters of ``contracts.metrics`` (described there; created once
+by ``use_counters``; local mirrors ``decision_counts``, ``prompt_tokens``,
+``predicted_cached_tokens``, ``kv_event_counts``). Time: ``self.clock``.
 """
 
 from __future__ import annotations
