@@ -18,7 +18,8 @@ the first round runs at once; each later round waits for whichever comes first,
   as a credit for ``max_s``: the next request to start a retry round starts it at once
   (older credits are dropped: any request waiting then has looked again since). Without
   credits, the last of 8 queued requests waited a whole 0.5-s timeout in 2 of 4 runs;
-- the fleet changing (``wake_all``): a new replica has room for all of them;
+- the fleet changing (``wake_all``): a new replica has room for all of them (the adapter
+  then hands Serve's new replica list to the round, not the one Serve read before it);
 - the request's own timeout, 25 ms doubling to 0.5 s (Serve's schedule): slots freed by
   another ingress's requests, or a wake that went to a request that was then cancelled.
 Probes: one round per completion plus the timeouts, never a loop.

@@ -221,7 +221,12 @@ class LLMFleetRequestRouter(RequestRouter):
             await self.snapshots.restore(self.policy)
         if self.peers is not None and not self.peers.started:
             self.peers.start()
+        fleet = getattr(self, "_replicas_list", None)  # Serve's list, replaced on a change
         await self.pacer.before_round(getattr(pending_request, "routing_context", None))
+        if candidate_replicas is fleet and self._replicas_list is not fleet:
+            candidate_replicas = self._replicas_list  # changed while waiting: a new replica
+            if not candidate_replicas:
+                return []
         avoid = avoided_of(pending_request)
         if avoid:  # unless nothing else is left: a fleet of one still serves
             kept = [r for r in candidate_replicas if r.replica_id.unique_id not in avoid]

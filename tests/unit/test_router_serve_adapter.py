@@ -247,3 +247,33 @@ async def test_a_completion_wakes_the_longest_waiting_request_at_once() -> None:
     stop.set()
     await asyncio.wait_for(asyncio.gather(*tasks), 2.0)
     assert router.pacer.waiting == 0
+
+
+async def test_a_new_replica_wakes_the_waiting_requests_with_it_among_the_candidates() -> None:
+    """Serve computed the round's candidates before the wait; when a replica joins during
+    it, the round that the join starts offers the new one (else it would probe the old,
+    full ones again and wait once more)."""
+    router, reps = _full_router()
+    request = pending_request(make_request_view("r1", SYSTEM), "i1")
+    seen: list[set[str]] = []
+    stop = asyncio.Event()
+
+    async def rounds() -> None:
+        gen = router._choose_replicas_with_backoff(request)
+        try:
+            async for tier in gen:
+                seen.append({r.replica_id.unique_id for r in tier})
+                if stop.is_set():
+                    return
+                await asyncio.sleep(0)
+        finally:
+            await gen.aclose()
+
+    task = asyncio.create_task(rounds())
+    await asyncio.sleep(1.0)  # now in a 0.5-s wait
+    new = FakeReplica("c", ReplicaStats(kv_capacity_tokens=16_000).to_wire())
+    router.update_replicas([*reps, new])
+    await asyncio.sleep(0.02)
+    assert any("c" in tier for tier in seen), seen[-4:]
+    stop.set()
+    await asyncio.wait_for(task, 2.0)
