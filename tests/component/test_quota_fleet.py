@@ -7,9 +7,9 @@ replicas, so fewer than the limit may pass.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -76,7 +76,9 @@ def test_a_key_added_while_serving_works_without_a_restart(key: str) -> None:
     assert codes == [200] * 4, codes
 
 
-async def _stream_status(c: httpx.AsyncClient, secret: str, hold: Any, codes: list[int]) -> None:
+async def _stream_status(
+    c: httpx.AsyncClient, secret: str, hold: asyncio.Event, codes: list[int]
+) -> None:
     body = {"model": MODEL, "prompt": "hi", "max_tokens": 1000, "ignore_eos": True, "stream": True}
     auth = {"authorization": f"Bearer {secret}"}
     async with c.stream("POST", "/v1/completions", json=body, headers=auth) as r:
@@ -86,8 +88,6 @@ async def _stream_status(c: httpx.AsyncClient, secret: str, hold: Any, codes: li
 
 
 async def test_concurrent_streams_reach_the_limit_fleet_wide(key: str) -> None:
-    import asyncio
-
     # One at a time, each 200 held open (~7 s at 7 ms a token): Serve's proxy sends the next
     # to the less busy ingress replica, at random on a tie, so both fill their parts (2 + 1)
     # within a few tries; the fleet then refuses every further stream. With 1 + 1 (the old
