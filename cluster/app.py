@@ -141,6 +141,16 @@ def router_options(cfg: FleetConfig, block_size: int) -> dict[str, Any]:
     return {"request_router_config": RequestRouterConfig(**options)}
 
 
+def serve_queue_bound(cfg: FleetConfig) -> int:
+    """Serve's own ``max_queued_requests`` per caller: a second line behind the ingress's
+    shedding. Serve counts a request as queued until it is sent to a replica, so a burst on
+    its way to free slots counts too; the bound leaves room for every slot of the largest
+    fleet on top of the ingress's queue (``router/admission.py`` sheds at the real one)."""
+    r, a = cfg.replicas, cfg.autoscaling
+    most = max(r.num_replicas, a.max_replicas if a.enabled else 0)
+    return r.max_queued_requests + most * r.max_ongoing_requests
+
+
 def autoscaling_options(cfg: FleetConfig) -> dict[str, Any]:
     a = cfg.autoscaling
     if not a.enabled:
@@ -236,7 +246,7 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
         health_check_period_s=r.health_check_period_s,
         health_check_timeout_s=max(30.0, 4 * r.health_check_period_s),
         graceful_shutdown_timeout_s=r.drain_timeout_s,
-        max_queued_requests=r.max_queued_requests,
+        max_queued_requests=serve_queue_bound(cfg),
         **replica_placement(cfg, gpu),
         **router_options(cfg, block),
         **autoscaling_options(cfg),

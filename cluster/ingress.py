@@ -33,6 +33,7 @@ from cluster.relay import Relay, RelaySettings, Started
 from cluster.request_prep import GENERATE_PATHS, Limits, Prepared, prepare, resubmit
 from contracts.http import JSON, SSE, APIError
 from replicas.status_registry import fleet_snapshot
+from router.admission import ledger_for
 
 log = logging.getLogger("llmfleet.ingress")
 app = FastAPI(title="llmfleet", docs_url=None, redoc_url=None, openapi_url=None)
@@ -143,7 +144,13 @@ class OpenAIIngress:
             migrate_attempts=int(settings.get("migrate_attempts", 2)),
             max_queued=int(settings.get("max_queued_requests", 64)),
         )
-        self.relay = Relay(replicas, relay, CircuitBreaker(), self._fleet_healthy)
+        self.relay = Relay(
+            replicas,
+            relay,
+            CircuitBreaker(),
+            self._fleet_healthy,
+            ledger_for(replicas.deployment_name),  # shared with the router in this process
+        )
         slo = settings.get("slo", {"ttft_s": 1.0, "tpot_s": 0.1})
         self.edge = (
             EdgeMetrics(self.limits.served_name, slo["ttft_s"], slo["tpot_s"])

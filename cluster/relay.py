@@ -9,11 +9,14 @@
                                        else an in-band error event and ``[DONE]``
 
 - **Admission.** A replica takes a request when it has a free slot (``max_ongoing_requests``);
-  until then the request waits at the router, at most ``max_queued`` of them per ingress
-  (counted here, without an ``await`` between the check and the count: Serve's own
-  ``max_queued_requests`` check, kept as a second line, lets a burst overshoot it) and each
-  at most ``admission_timeout_s`` (then 429, or 503 when no replica is healthy). The client gets
-  its status only after a replica accepted, so overload is never a 200 followed by an error.
+  until then the request waits at the router, at most ``max_queued`` of them per ingress,
+  each at most ``admission_timeout_s`` (then 429, or 503 when no replica is healthy). A
+  request that would be queued beyond ``max_queued`` is refused at once: the ledger
+  (``router/admission.py``, shared with the router in this process) says how many of the
+  calls not yet accepted have no slot to go to; before the router exists, every one of them
+  counts. The check and the count have no ``await`` between them. Serve's own
+  ``max_queued_requests`` is a looser second line (``cluster/app.py``). The client gets its
+  status only after a replica accepted, so overload is never a 200 followed by an error.
 - **What is retried.** Only a replica's death (Ray reports the actor died or is
   unavailable): the request did not finish and another replica can run it. An error the
   engine raised is the request's own failure and is not retried (it would fail again).
@@ -41,6 +44,7 @@ from cluster.migration import (
     migratable,
 )
 from contracts.http import Accepted, APIError, ReplicaFailed, ResponseHead
+from router.admission import AdmissionLedger
 
 log = logging.getLogger("llmfleet.relay")
 RETRY_AFTER_S = 1
@@ -86,7 +90,7 @@ class RelaySettings:
     admission_timeout_s: float = 10.0
     request_timeout_s: float = 600.0
     migrate_attempts: int = 2
-    max_queued: int = 64  # requests waiting for a replica to accept them, at this ingress
+    max_queued: int = 64  # requests waiting for a replica slot, at this ingress
 
 
 @dataclass
@@ -117,16 +121,23 @@ class Relay:
         settings: RelaySettings,
         breaker: CircuitBreaker,
         fleet_healthy: Callable[[], Awaitable[bool | None]],
+        ledger: AdmissionLedger | None = None,
     ) -> None:
         self.handle = handle
+        self.ledger = ledger
         self.s = settings
         self.breaker = breaker
         self.fleet_healthy = fleet_healthy
         self.counters = Counters()
         self.waiting = 0  # calls not yet accepted by a replica
 
+    def queued_with_one_more(self) -> int:
+        """Requests that would wait for a slot if one more were sent now."""
+        known = None if self.ledger is None else self.ledger.queued_with_one_more()
+        return self.waiting + 1 if known is None else known
+
     def full(self) -> bool:
-        return self.waiting >= self.s.max_queued
+        return self.queued_with_one_more() > self.s.max_queued
 
     def check_room(self) -> None:
         if self.full():
@@ -141,6 +152,10 @@ class Relay:
         while True:
             self.check_room()
             payload["avoid"] = frozenset(failed_on | self.breaker.avoid())
+            view = payload.get("view")
+            request_id = getattr(view, "request_id", None)
+            if self.ledger is not None and request_id is not None:
+                self.ledger.sent(request_id)
             call = self.handle.options(stream=True).handle.remote(payload)
             rid = ""
             accepted_at = 0.0
@@ -151,6 +166,8 @@ class Relay:
                     accepted_at = time.monotonic()
                 finally:
                     self.waiting -= 1
+                    if self.ledger is not None and request_id is not None:
+                        self.ledger.done(request_id)
                 async with asyncio.timeout(self.s.request_timeout_s):
                     head = await call.__anext__()
             except APIError:

@@ -20,12 +20,16 @@ Events (the caller forwards the same ones to the policy's ``observe``)
                   ``routed`` (or ``withdraw``, or ``PENDING_TTL_S``): Ray awaits the
                   replica's acceptance between the decision and ``on_request_routed``, so
                   a burst would otherwise see the same in-flight counts for all of it.
+                  ``room``: the replica had a free slot; such a decision *reserves* it
+                  (``reserved``, ``held``: what ``router.admission`` counts as not queued).
     ``routed``    in flight at the replica; its uncached prompt tokens (prompt minus the
                   blocks the decision matched on that replica) join the replica's
                   outstanding prefill backlog (``router.outstanding``). Returns the cached
                   tokens the decision predicted there (0 when the framework sent the
                   request elsewhere or nothing was decided).
-    ``completed`` no longer in flight.   ``gone``: the replica left; forget its counts.
+    ``completed`` no longer in flight (a key never routed, e.g. a request the replica
+                  rejected, changes nothing).   ``gone``: the replica left; forget its counts and
+                  the decisions onto it.
 View (``view(replica_id, stats, queue_len, max_ongoing, now)``)
     ``stats`` is the replica's last report as a ``ReplicaStats`` (the Ray adapter decodes
     each wire report once; the twin reads the record directly);
@@ -63,6 +67,7 @@ class PendingDecision:
     replica_id: str
     matched_blocks: int
     at: float
+    room: bool = False  # the replica had a free slot when it was chosen
 
 
 class FleetBook:
@@ -80,6 +85,8 @@ class FleetBook:
         self.pending_ttl_s = pending_ttl_s
         self.inflight: collections.Counter[str] = collections.Counter()
         self.pending: collections.Counter[str] = collections.Counter()
+        # pending decisions made onto a replica with a free slot, per replica
+        self.reserved_at: collections.Counter[str] = collections.Counter()
         self.decisions: dict[str, PendingDecision] = {}  # insertion order = decision order
         self.routes: dict[str, tuple[str, str]] = {}  # key -> (request id, replica)
         self.outstanding = OutstandingPrefill()
@@ -118,17 +125,47 @@ class FleetBook:
         return view
 
     # ---- events ---------------------------------------------------------------------
-    def decided(self, request_id: str, replica_id: str, matched_blocks: int, now: float) -> None:
+    def decided(
+        self,
+        request_id: str,
+        replica_id: str,
+        matched_blocks: int,
+        now: float,
+        room: bool = False,
+    ) -> None:
         self.expire(now)
         self.withdraw(request_id)  # Ray may ask again for the same request
-        self.decisions[request_id] = PendingDecision(replica_id, matched_blocks, now)
+        self.decisions[request_id] = PendingDecision(replica_id, matched_blocks, now, room)
         self.pending[replica_id] += 1
+        if room:
+            self.reserved_at[replica_id] += 1
+
+    @property
+    def reserved(self) -> int:
+        return sum(self.reserved_at.values())
+
+    def slots(self, replica_id: str, queue_len: int, max_ongoing: int) -> tuple[int, int]:
+        """(free slots, reserved requests) at ``replica_id``: taken are this router's
+        requests in flight and those decided onto a free slot, or the framework's count if
+        larger. Reservations count only up to the slots left beside the requests in flight:
+        one that outlived its request (a replica rejected it, and Serve has not given it
+        another round yet) cannot hold a slot the replica does not have."""
+        inflight = self.inflight[replica_id]
+        reserved = min(self.reserved_at.get(replica_id, 0), max(0, max_ongoing - inflight))
+        free = max(0, max_ongoing - max(inflight + reserved, queue_len))
+        return free, reserved
 
     def withdraw(self, request_id: str) -> PendingDecision | None:
         """Drop a pending decision (routed, re-decided, or never sent); return it."""
         entry = self.decisions.pop(request_id, None)
         if entry is None:
             return None
+        if entry.room:
+            left = self.reserved_at[entry.replica_id] - 1
+            if left > 0:
+                self.reserved_at[entry.replica_id] = left
+            else:
+                self.reserved_at.pop(entry.replica_id, None)
         if self.pending[entry.replica_id] > 1:
             self.pending[entry.replica_id] -= 1
         else:
@@ -155,14 +192,21 @@ class FleetBook:
         self.outstanding.add(replica_id, request.prompt_tokens - cached, rate, now)
         return cached
 
-    def completed(self, key: str, replica_id: str) -> tuple[str, str]:
-        """The request is done; returns its (request id, replica) for the policy's event."""
-        request_id, rid = self.routes.pop(key, (key, replica_id))
+    def completed(self, key: str) -> tuple[str, str] | None:
+        """The request is done; returns its (request id, replica) for the policy's event.
+        None when ``key`` was never routed: Serve reports a request the replica *rejected*
+        (it was full) as completed too, and that one held no slot."""
+        entry = self.routes.pop(key, None)
+        if entry is None:
+            return None
+        request_id, rid = entry
         if self.inflight[rid] > 0:
             self.inflight[rid] -= 1
         return request_id, rid
 
     def gone(self, replica_id: str) -> None:
+        for request_id in [k for k, d in self.decisions.items() if d.replica_id == replica_id]:
+            self.withdraw(request_id)
         self.outstanding.forget(replica_id)
         self.inflight.pop(replica_id, None)
         self.rates.pop(replica_id, None)

@@ -37,6 +37,11 @@ ROUND_ATTR = "llmfleet_round"  # set on Serve's per-request routing context
 MAX_CREDITS = 64  # completions nobody was waiting for, kept for the next retry rounds
 
 
+def is_retry(context: Any) -> bool:
+    """The request behind ``context`` has had a round already (none of it found a slot)."""
+    return int(getattr(context, ROUND_ATTR, 0)) > 0
+
+
 class RetryPacer:
     def __init__(
         self, initial_s: float = 0.025, multiplier: float = 2.0, max_s: float = 0.5

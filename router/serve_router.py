@@ -44,10 +44,11 @@ from contracts.metrics import (
     start_at_zero,
 )
 from contracts.stats import ReplicaStats, from_wire
+from router.admission import ledger_for
 from router.bookkeeping import FleetBook
 from router.kv_subscriber import KVEventSubscriber
 from router.registry import make_policy
-from router.retry_pacer import RetryPacer
+from router.retry_pacer import RetryPacer, is_retry
 from router.route_share import SharedRoute
 from router.scorers import queue_depth
 from router.serve_share import PeerShare
@@ -140,6 +141,10 @@ class LLMFleetRequestRouter(RequestRouter):
         self.clock: Callable[[], float] = time.monotonic
         self.book = FleetBook(block_size=block_size, single_caller=single_caller)
         self.pacer = RetryPacer()  # rounds of a request no replica could take yet
+        deployment = getattr(getattr(self, "_deployment_id", None), "name", None)
+        self.admission = ledger_for(deployment) if deployment else None
+        if self.admission is not None:  # the ingress's load shedding asks us
+            self.admission.attach(self.free_and_reserved)
         self._decoded: dict[str, tuple[Mapping[str, Any] | None, ReplicaStats]] = {}
         self.decision_counts: collections.Counter[str] = collections.Counter()
         self.kv_template = kv_events_endpoint_template if policy == "prefix-precise" else None
@@ -222,7 +227,11 @@ class LLMFleetRequestRouter(RequestRouter):
         if self.peers is not None and not self.peers.started:
             self.peers.start()
         fleet = getattr(self, "_replicas_list", None)  # Serve's list, replaced on a change
-        await self.pacer.before_round(getattr(pending_request, "routing_context", None))
+        context = getattr(pending_request, "routing_context", None)
+        request = request_view_of(pending_request)
+        if request is not None and is_retry(context):
+            self.book.withdraw(request.request_id)  # not placed: queued, holding no slot
+        await self.pacer.before_round(context)
         if candidate_replicas is fleet and self._replicas_list is not fleet:
             candidate_replicas = self._replicas_list  # changed while waiting: a new replica
             if not candidate_replicas:
@@ -234,7 +243,6 @@ class LLMFleetRequestRouter(RequestRouter):
         self._ensure_subscribers(candidate_replicas)
         now = self.clock()
         views = [self.replica_view(r, now) for r in candidate_replicas]
-        request = request_view_of(pending_request)
         try:
             decision = self._p2c(views) if request is None else self.policy.choose(request, views)
         except NoReplicaAvailable:
@@ -242,9 +250,26 @@ class LLMFleetRequestRouter(RequestRouter):
             return [list(candidate_replicas)]
         self._count(decision.reason)
         if request is not None:
-            self.book.decided(request.request_id, decision.replica_id, decision.matched_blocks, now)
+            chosen = next((v for v in views if v.replica_id == decision.replica_id), None)
+            room = chosen is not None and chosen.ongoing < chosen.max_ongoing
+            self.book.decided(
+                request.request_id, decision.replica_id, decision.matched_blocks, now, room
+            )
         self.snapshots.maybe_save(self.policy, now)
         return rank_tiers(decision, candidate_replicas)
+
+    def free_and_reserved(self) -> tuple[int, int] | None:
+        """For ``router.admission``: free slots over the fleet, and requests decided onto a
+        free slot not yet accepted. May run on another thread (a dict changing under the
+        read raises ``RuntimeError``, which the ledger reads as unknown)."""
+        if not self._state_ready():
+            return None
+        free = reserved = 0
+        for r in list(self._replicas_list):
+            queue_len = self.replica_queue_len_cache.get(r.replica_id) or 0
+            f, held = self.book.slots(r.replica_id.unique_id, queue_len, r.max_ongoing_requests)
+            free, reserved = free + f, reserved + held
+        return free, reserved
 
     # ---- lifecycle hooks ------------------------------------------------------------
     def _observe(self, event: RouterEvent) -> None:
@@ -269,6 +294,8 @@ class LLMFleetRequestRouter(RequestRouter):
         key = pending_request.metadata.internal_request_id
         cached = self.book.routed(key, request, replica_id.unique_id, now)
         if request is not None:
+            if self.admission is not None:
+                self.admission.routed(request.request_id)
             self._count_tokens(request.prompt_tokens, cached)
             self._observe(Routed(request, replica_id.unique_id, now))
             if self.peers is not None:
@@ -282,9 +309,15 @@ class LLMFleetRequestRouter(RequestRouter):
             else:
                 self.peer_routes_dropped += 1
 
-    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
-        request_id, rid = self.book.completed(internal_request_id, replica_id.unique_id)
-        self._observe(Completed(request_id, rid, self.clock()))
+    def on_request_completed(
+        self,
+        replica_id: ReplicaID,  # noqa: ARG002 (Serve passes it; the book knows the route)
+        internal_request_id: str,
+    ) -> None:
+        done = self.book.completed(internal_request_id)
+        if done is None:  # rejected by a full replica: it never held a slot there
+            return
+        self._observe(Completed(done[0], done[1], self.clock()))
         self.pacer.freed()
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:

@@ -259,8 +259,9 @@ class ClusterSim(ReplicaLifecycle):
         if self.ingress:  # a slot freed: retry held requests after this step completes
             self._push(self.now, DRAIN, None)
         assert self.policy is not None
-        request_id, rid = self.book.completed(req.request_id, rep.replica_id)
-        self.policy.observe(Completed(request_id, rid, self.now))
+        done = self.book.completed(req.request_id)
+        if done is not None:
+            self.policy.observe(Completed(done[0], done[1], self.now))
         self._finish_session(spec)
 
     def _finish_session(self, spec: RequestSpec) -> None:

@@ -182,9 +182,9 @@ def _ingress_rss() -> int:
     return int(procs[0].memory_info().rss)
 
 
-async def _one(c: httpx.AsyncClient) -> tuple[int, float, str]:
+async def _one(c: httpx.AsyncClient, max_tokens: int = 200) -> tuple[int, float, str]:
     t0 = time.monotonic()
-    body = _completion(max_tokens=200, stream=True, ignore_eos=True)
+    body = _completion(max_tokens=max_tokens, stream=True, ignore_eos=True)
     async with c.stream("POST", "/v1/completions", json=body) as r:
         took = time.monotonic() - t0
         retry = r.headers.get("retry-after", "")
@@ -215,6 +215,20 @@ async def test_overload_is_shed_before_the_200(guarded_app: None) -> None:
     fresh = [r for r in rows["replicas"] if time.time() - r["reported_at"] < 2.0]
     assert len(fresh) == 2, rows  # this app's two replicas (earlier apps' rows are stale)
     assert all(r["running"] == 0 and r["waiting"] == 0 for r in fresh), fresh
+
+
+async def test_a_burst_that_fits_the_slots_and_the_queue_is_served_whole(
+    guarded_app: None,
+) -> None:
+    """16 streams at once to 2 replicas × 4 slots with a queue of 8: all 16 fit, so all 16
+    get their 200. Counting every request not yet accepted by a replica as queued refused
+    7 of them (9 200s): 8 were on their way to free slots (``router/admission.py``)."""
+    await asyncio.sleep(2.5)  # the overload test's streams are over; every slot is free
+    async with httpx.AsyncClient(base_url=TEST_URL, headers=_auth("admin"), timeout=60) as c:
+        # 16 connections open first, so that the 16 requests leave within milliseconds
+        await asyncio.gather(*[c.get("/v1/models") for _ in range(16)])
+        results = await asyncio.gather(*[_one(c, max_tokens=32) for _ in range(16)])
+    assert [code for code, _, _ in results] == [200] * 16, sorted(results)
 
 
 def test_errors_are_openai_shaped(guarded_app: None) -> None:

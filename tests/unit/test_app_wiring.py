@@ -1,7 +1,7 @@
 import pytest
 from ray.serve.request_router import RequestRouter
 
-from cluster.app import KV_EVENTS_ENDPOINT, engine_spec, router_options
+from cluster.app import KV_EVENTS_ENDPOINT, engine_spec, router_options, serve_queue_bound
 from cluster.config import parse_config
 
 
@@ -79,3 +79,19 @@ def test_routes_are_shared_only_between_several_ingress_replicas() -> None:
     assert shared({"ingress_replicas": 2})
     assert not shared({"ingress_replicas": 1})
     assert not shared({"ingress_replicas": 2}, policy="least-loaded")  # learns nothing
+
+
+def test_serves_own_queue_bound_leaves_room_for_a_burst_onto_free_slots() -> None:
+    """Serve counts a request as queued until it is sent, so its bound is the ingress's
+    queue plus every slot of the largest fleet (the ingress sheds at the real queue)."""
+    fixed = parse_config(
+        {"replicas": {"num_replicas": 2, "max_ongoing_requests": 4, "max_queued_requests": 8}}
+    )
+    assert serve_queue_bound(fixed) == 8 + 2 * 4
+    scaled = parse_config(
+        {
+            "replicas": {"max_ongoing_requests": 4, "max_queued_requests": 8},
+            "autoscaling": {"enabled": True, "min_replicas": 1, "max_replicas": 6},
+        }
+    )
+    assert serve_queue_bound(scaled) == 8 + 6 * 4

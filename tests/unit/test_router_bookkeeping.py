@@ -38,7 +38,8 @@ def test_ongoing_counts_in_flight_or_queue_len_plus_pending_decisions() -> None:
     book.decided("r2", "a", 0, now=0.5)  # asked again: still one pending decision
     assert book.view("a", NONE, queue_len=0, now=1.0).ongoing == 2
     assert book.view("a", NONE, queue_len=5, now=1.0).ongoing == 6  # Ray's count is larger
-    assert book.completed("k1", "a") == ("k1", "a")
+    assert book.completed("k1") == ("k1", "a")
+    assert book.completed("never-routed") is None  # a rejected request: no slot to free
     assert book.view("a", NONE, now=1.0).ongoing == 1
     book.expire(0.5 + PENDING_TTL_S + 0.1)
     assert book.view("a", NONE, now=40.0).ongoing == 0
@@ -59,7 +60,7 @@ def test_routed_request_adds_its_uncached_prompt_to_the_outstanding_backlog() ->
     book.routed("i2", make_request_view("r2", list(range(640))), "b", now=1.0)  # Ray chose b
     assert book.view("b", NONE, now=1.0).waiting_prefill_tokens == 640  # no match on b
     assert not book.pending
-    assert book.completed("i2", "b") == ("r2", "b")
+    assert book.completed("i2") == ("r2", "b")
     book.gone("a")
     assert book.view("a", REPORT, queue_len=1, now=1.0).waiting_prefill_tokens == 300
 

@@ -1,0 +1,95 @@
+"""Would one more request have to queue? Shared, in one process, by the ingress that sends
+requests and the router that places them (the router runs in the caller's process).
+
+The ingress sheds load before the 200: a request that would wait for a replica slot beyond
+``max_queued`` others is refused at once with 429. Counting every request not yet accepted
+by a replica as queued over-sheds a burst: requests on their way to a free slot are not
+queued (16 sent at once to 2 × 4 slots with a queue of 8 got 9 200s). So the two sides
+keep one ledger:
+
+- the ingress: ``sent(rid)`` before it calls the deployment, ``done(rid)`` once a replica
+  accepted the call or it failed or was cancelled;
+- the router: ``routed(rid)`` when a replica accepted it (``on_request_routed``), and a
+  capacity function (``attach``) returning ``(free, reserved)``: ``free`` slots no request
+  holds and ``reserved``, the requests routed-to-be: decided onto a replica that had room
+  at the decision, not yet accepted there (they hold a slot, so they are not queued).
+
+``queued_with_one_more() = unrouted − reserved + 1 − free`` (at least 0): the requests
+that would be left without a slot if one more arrived. Every step of a request keeps it
+consistent: a decision with room moves one request from unrouted-unreserved to reserved
+and one slot out of ``free``; acceptance takes it out of both ``unrouted`` and
+``reserved``; a completion frees a slot. A request the router decided onto a full replica
+counts as queued, as it is. With no capacity function yet (the router is created on the
+first call) or an answer it could not give, ``None``: the caller falls back to counting
+every unaccepted request. Slots taken by other ingresses are seen as late as the router's
+queue-length information; a request admitted on a stale count waits at most the admission
+timeout.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+
+Capacity = Callable[[], "tuple[int, int] | None"]  # (free slots, reserved requests)
+
+
+class AdmissionLedger:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the router may run on its own loop thread
+        self._unrouted: collections.Counter[str] = collections.Counter()
+        self._capacity: Capacity | None = None
+
+    @property
+    def unrouted(self) -> int:
+        return sum(self._unrouted.values())
+
+    def attach(self, capacity: Capacity | None) -> None:
+        self._capacity = capacity
+
+    def sent(self, request_id: str) -> None:
+        with self._lock:
+            self._unrouted[request_id] += 1
+
+    def _drop(self, request_id: str) -> None:
+        with self._lock:
+            n = self._unrouted.get(request_id, 0)
+            if n > 1:
+                self._unrouted[request_id] = n - 1
+            elif n == 1:
+                del self._unrouted[request_id]
+
+    def routed(self, request_id: str) -> None:
+        self._drop(request_id)
+
+    def done(self, request_id: str) -> None:
+        """The call was accepted or ended; a no-op when ``routed`` already counted it (a
+        request's calls are sequential, so at most one per id is unrouted)."""
+        self._drop(request_id)
+
+    def queued_with_one_more(self) -> int | None:
+        capacity = self._capacity
+        if capacity is None:
+            return None
+        try:
+            answer = capacity()
+        except RuntimeError:  # the router's state changed under a read from another thread
+            return None
+        if answer is None:
+            return None
+        free, reserved = answer
+        return max(0, self.unrouted - reserved + 1 - free)
+
+
+_LEDGERS: dict[str, AdmissionLedger] = {}
+_LEDGERS_LOCK = threading.Lock()
+
+
+def ledger_for(deployment: str) -> AdmissionLedger:
+    """This process's ledger for calls to ``deployment`` (created on first use)."""
+    with _LEDGERS_LOCK:
+        ledger = _LEDGERS.get(deployment)
+        if ledger is None:
+            ledger = _LEDGERS[deployment] = AdmissionLedger()
+        return ledger
