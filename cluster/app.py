@@ -130,6 +130,8 @@ def router_options(cfg: FleetConfig, block_size: int) -> dict[str, Any]:
             "snapshot_key": f"{APP_NAME}/{policy}",
             # one ingress has no one to share with: no route log traffic in the status actor
             "share_routes": policy in SHARED_INDEX_POLICIES and ingress_replicas(cfg) > 1,
+            # several ingress replicas: a replica's report holds the other routers' requests
+            "single_caller": ingress_replicas(cfg) == 1,
         }
         if policy == "prefix-precise":
             kwargs["kv_events_endpoint_template"] = KV_EVENTS_ENDPOINT

@@ -87,6 +87,7 @@ class FleetBook:
         self.pending: collections.Counter[str] = collections.Counter()
         # pending decisions made onto a replica with a free slot, per replica
         self.reserved_at: collections.Counter[str] = collections.Counter()
+        self.others: dict[str, int] = {}  # other callers' requests at a replica, as reported
         self.decisions: dict[str, PendingDecision] = {}  # insertion order = decision order
         self.routes: dict[str, tuple[str, str]] = {}  # key -> (request id, replica)
         self.outstanding = OutstandingPrefill()
@@ -144,16 +145,26 @@ class FleetBook:
     def reserved(self) -> int:
         return sum(self.reserved_at.values())
 
-    def slots(self, replica_id: str, queue_len: int, max_ongoing: int) -> tuple[int, int]:
-        """(free slots, reserved requests) at ``replica_id``: taken are this router's
-        requests in flight and those decided onto a free slot, or the framework's count if
-        larger. Reservations count only up to the slots left beside the requests in flight:
-        one that outlived its request (a replica rejected it, and Serve has not given it
-        another round yet) cannot hold a slot the replica does not have."""
-        inflight = self.inflight[replica_id]
-        reserved = min(self.reserved_at.get(replica_id, 0), max(0, max_ongoing - inflight))
-        free = max(0, max_ongoing - max(inflight + reserved, queue_len))
-        return free, reserved
+    def reported(self, replica_id: str, ongoing: int) -> None:
+        """The replica said it holds ``ongoing`` requests (a probe, or its answer to a
+        send). What this router cannot account for is other callers' load; a single caller
+        has none."""
+        if self.single_caller:
+            return
+        own = self.inflight[replica_id] + self.reserved_at.get(replica_id, 0)
+        self.others[replica_id] = max(0, ongoing - own)
+
+    def slots(self, replica_id: str, max_ongoing: int) -> tuple[int, int]:
+        """(free slots, reserved requests) at ``replica_id``. Taken: this router's requests
+        in flight, other callers' (as last reported) and those decided onto a free slot.
+        Reservations count only up to the slots left beside the others: one that outlived
+        its request (a replica rejected it, and Serve has not given it another round yet)
+        cannot hold a slot the replica does not have. Serve's own queue-length cache is not
+        used: it adds every send, so a burst of sends that the replica will mostly reject
+        read as a full replica (11 on a 4-slot one)."""
+        taken = self.inflight[replica_id] + self.others.get(replica_id, 0)
+        reserved = min(self.reserved_at.get(replica_id, 0), max(0, max_ongoing - taken))
+        return max(0, max_ongoing - taken - reserved), reserved
 
     def withdraw(self, request_id: str) -> PendingDecision | None:
         """Drop a pending decision (routed, re-decided, or never sent); return it."""
@@ -209,4 +220,5 @@ class FleetBook:
             self.withdraw(request_id)
         self.outstanding.forget(replica_id)
         self.inflight.pop(replica_id, None)
+        self.others.pop(replica_id, None)
         self.rates.pop(replica_id, None)

@@ -266,8 +266,7 @@ class LLMFleetRequestRouter(RequestRouter):
             return None
         free = reserved = 0
         for r in list(self._replicas_list):
-            queue_len = self.replica_queue_len_cache.get(r.replica_id) or 0
-            f, held = self.book.slots(r.replica_id.unique_id, queue_len, r.max_ongoing_requests)
+            f, held = self.book.slots(r.replica_id.unique_id, r.max_ongoing_requests)
             free, reserved = free + f, reserved + held
         return free, reserved
 
@@ -319,6 +318,11 @@ class LLMFleetRequestRouter(RequestRouter):
             return
         self._observe(Completed(done[0], done[1], self.clock()))
         self.pacer.freed()
+
+    def on_new_queue_len_info(self, replica_id: ReplicaID, num_ongoing_requests: int) -> None:
+        super().on_new_queue_len_info(replica_id, num_ongoing_requests)
+        if self._state_ready():
+            self.book.reported(replica_id.unique_id, num_ongoing_requests)
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)

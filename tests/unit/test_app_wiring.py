@@ -78,6 +78,10 @@ def test_routes_are_shared_only_between_several_ingress_replicas() -> None:
 
     assert shared({"ingress_replicas": 2})
     assert not shared({"ingress_replicas": 1})
+    cfg = parse_config({"server": {"ingress_replicas": 2}})
+    assert not router_options(cfg, 16)["request_router_config"].request_router_kwargs[
+        "single_caller"
+    ]  # another router's requests are in the replicas' reports
     assert not shared({"ingress_replicas": 2}, policy="least-loaded")  # learns nothing
 
 

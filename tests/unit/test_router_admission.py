@@ -117,12 +117,12 @@ def test_a_reservation_that_outlived_its_request_holds_no_slot_of_a_full_replica
     book = FleetBook()
     for i in range(2):
         book.decided(f"r{i}", "a", 0, now=0.0, room=True)
-    assert book.slots("a", queue_len=0, max_ongoing=4) == (2, 2)
+    assert book.slots("a", max_ongoing=4) == (2, 2)
     for i in range(2, 6):
         book.routed(f"i{i}", make_request_view(f"r{i}", [1]), "a", now=0.0)  # took all 4
-    assert book.slots("a", queue_len=4, max_ongoing=4) == (0, 0)
+    assert book.slots("a", max_ongoing=4) == (0, 0)
     book.completed("i2")  # one slot left: one of the two will get it
-    assert book.slots("a", queue_len=3, max_ongoing=4) == (0, 1)
+    assert book.slots("a", max_ongoing=4) == (0, 1)
 
 
 async def test_a_request_starting_another_round_gives_its_reservation_up() -> None:
@@ -141,3 +141,20 @@ async def test_a_request_starting_another_round_gives_its_reservation_up() -> No
     assert router.book.reserved == 0
     await again
     assert router.book.reserved == 1
+
+
+def test_other_callers_load_comes_from_the_replicas_reports() -> None:
+    """With several ingress replicas a replica's report holds the other routers' requests;
+    sends in flight (Serve's queue-length cache adds each one, and a burst of sends the
+    replica will reject read as 11 on 4 slots) are not load."""
+    from router.bookkeeping import FleetBook
+
+    several = FleetBook(single_caller=False)
+    several.routed("i0", make_request_view("r0", [1]), "a", now=0.0)
+    several.reported("a", 3)  # ours 1, the others' 2
+    assert several.slots("a", max_ongoing=4) == (1, 0)
+    several.reported("a", 1)  # theirs finished
+    assert several.slots("a", max_ongoing=4) == (3, 0)
+    single = FleetBook(single_caller=True)
+    single.reported("a", 3)  # nobody else calls: an older count of our own
+    assert single.slots("a", max_ongoing=4) == (4, 0)
