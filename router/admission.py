@@ -43,7 +43,8 @@ class AdmissionLedger:
 
     @property
     def unrouted(self) -> int:
-        return sum(self._unrouted.values())
+        with self._lock:
+            return sum(self._unrouted.values())
 
     def attach(self, capacity: Capacity | None) -> None:
         self._capacity = capacity
