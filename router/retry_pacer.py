@@ -20,8 +20,11 @@ the first round runs at once; each later round waits for whichever comes first,
   credits, the last of 8 queued requests waited a whole 0.5-s timeout in 2 of 4 runs;
 - the fleet changing (``wake_all``): a new replica has room for all of them (the adapter
   then hands Serve's new replica list to the round, not the one Serve read before it);
+- a request of another router (another ingress replica) completing, when the routers share
+  routes (``freed_elsewhere``, a few milliseconds later): wakes as many waiters, no credit;
 - the request's own timeout, 25 ms doubling to 0.5 s (Serve's schedule): slots freed by
-  another ingress's requests, or a wake that went to a request that was then cancelled.
+  another ingress's requests when nothing is shared, or a wake that went to a request that
+  was then cancelled.
 Probes: one round per completion plus the timeouts, never a loop.
 """
 
@@ -96,6 +99,12 @@ class RetryPacer:
     def freed(self) -> None:
         """One slot freed at a replica (a request of this router completed)."""
         self._on_loop(self._wake, 1, True)
+
+    def freed_elsewhere(self, n: int) -> None:
+        """``n`` slots freed by other routers' requests (their completions, shared through
+        the route log): wake up to ``n`` waiters; nothing is kept for later, as those slots
+        are the other routers' to fill as well."""
+        self._on_loop(self._wake, n, False)
 
     def wake_all(self) -> None:
         self._on_loop(self._wake, len(self._waiters), False)

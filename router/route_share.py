@@ -17,8 +17,10 @@ Flow (the Ray adapter ``router/serve_share.py`` moves the bytes)::
 Knobs
     ``max_routes`` (512): routes buffered between two sends; the oldest go first.
     ``max_blocks`` (1024): leading blocks kept per route (matches start at the head).
-Wire: a batch is JSON ``{"v": 1, "routes": [[replica_id, [hash, ...]], ...]}`` (block hashes
-are ints); a batch of another version or a bad one is skipped and counted in ``bad``.
+Wire: a batch is JSON ``{"v": 1, "routes": [[replica_id, [hash, ...]], ...], "freed": n}``
+(block hashes are ints; ``freed``, optional: slots the sender's requests freed, which wake
+the other routers' queued requests, ``router/retry_pacer.py``); a batch of another version
+or a bad one is skipped and counted in ``bad``.
 Contract: ``accept`` never returns this router's own routes (the log filters them too), and
 moves the cursor to ``next_seq`` whatever it skipped; a new epoch (the status actor
 restarted) starts the cursor over. Routes to replicas this router no longer knows are the
@@ -43,17 +45,30 @@ class SharedRoute(NamedTuple):
     block_hashes: tuple[int, ...]
 
 
-def encode(routes: Iterable[SharedRoute]) -> bytes:
-    body = {"v": WIRE_VERSION, "routes": [[r.replica_id, list(r.block_hashes)] for r in routes]}
+def encode(routes: Iterable[SharedRoute], freed: int = 0) -> bytes:
+    body: dict[str, object] = {
+        "v": WIRE_VERSION,
+        "routes": [[r.replica_id, list(r.block_hashes)] for r in routes],
+    }
+    if freed:
+        body["freed"] = freed
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def decode(batch: bytes) -> list[SharedRoute]:
-    """Raises ``ValueError`` (or ``TypeError``/``KeyError``) on a batch it cannot read."""
+def read(batch: bytes) -> tuple[list[SharedRoute], int]:
+    """(routes, slots freed); raises ``ValueError`` (or ``TypeError``/``KeyError``) on a
+    batch it cannot read. A batch without ``freed`` (an older router) freed none."""
     body = json.loads(batch)
     if body.get("v") != WIRE_VERSION:
         raise ValueError(f"unsupported route batch version: {body.get('v')!r}")
-    return [SharedRoute(str(rid), tuple(int(h) for h in hashes)) for rid, hashes in body["routes"]]
+    routes = [
+        SharedRoute(str(rid), tuple(int(h) for h in hashes)) for rid, hashes in body["routes"]
+    ]
+    return routes, max(0, int(body.get("freed", 0)))
+
+
+def decode(batch: bytes) -> list[SharedRoute]:
+    return read(batch)[0]
 
 
 class RouteShare:
@@ -72,6 +87,8 @@ class RouteShare:
         self.received = 0  # routes accepted from other routers
         self.bad = 0  # batches that could not be read
         self.dropped = 0  # routes pushed out of a full buffer
+        self._freed = 0  # slots this router's requests freed, not yet sent
+        self._peer_freed = 0  # slots the other routers' requests freed, not yet applied
 
     def record(self, replica_id: str, block_hashes: Sequence[int]) -> None:
         if not block_hashes:
@@ -80,17 +97,28 @@ class RouteShare:
             self.dropped += 1
         self._buffer.append(SharedRoute(replica_id, tuple(block_hashes[: self.max_blocks])))
 
+    def record_freed(self) -> None:
+        """A request of this router completed: a slot freed (the others' queued requests
+        may look for it at once instead of at their next timeout)."""
+        self._freed += 1
+
     def pending(self) -> int:
-        return len(self._buffer)
+        return len(self._buffer) + self._freed
 
     def take(self) -> bytes | None:
-        """The buffered routes as one batch (emptying the buffer), or None."""
-        if not self._buffer:
+        """The buffered routes and freed slots as one batch (emptying the buffer), or None."""
+        if not self._buffer and not self._freed:
             return None
         routes = list(self._buffer)
         self._buffer.clear()
         self.sent += len(routes)
-        return encode(routes)
+        freed, self._freed = self._freed, 0
+        return encode(routes, freed)
+
+    def take_peer_freed(self) -> int:
+        """Slots the other routers reported freed since the last call."""
+        n, self._peer_freed = self._peer_freed, 0
+        return n
 
     def accept(
         self, epoch: str, next_seq: int, batches: Sequence[tuple[str, bytes]]
@@ -102,8 +130,11 @@ class RouteShare:
             if origin == self.origin:
                 continue
             try:
-                out.extend(decode(batch))
+                routes, freed = read(batch)
             except (ValueError, TypeError, KeyError, AttributeError):
                 self.bad += 1
+                continue
+            out.extend(routes)
+            self._peer_freed += freed
         self.received += len(out)
         return out

@@ -128,7 +128,12 @@ class LLMFleetRequestRouter(RequestRouter):
         self.policy_name = policy
         self.snapshots = IndexSnapshots(snapshot_store, snapshot_key)
         self.peers = (
-            PeerShare(snapshot_store, snapshot_key, self._apply_peer_routes)
+            PeerShare(
+                snapshot_store,
+                snapshot_key,
+                self._apply_peer_routes,
+                on_freed=self._peer_freed,
+            )
             if share_routes and snapshot_store is not None
             else None
         )
@@ -318,6 +323,12 @@ class LLMFleetRequestRouter(RequestRouter):
             return
         self._observe(Completed(done[0], done[1], self.clock()))
         self.pacer.freed()
+        if self.peers is not None:
+            self.peers.record_freed()  # the other routers' queued requests may take it
+
+    def _peer_freed(self, n: int) -> None:
+        if self._state_ready():
+            self.pacer.freed_elsewhere(n)
 
     def on_new_queue_len_info(self, replica_id: ReplicaID, num_ongoing_requests: int) -> None:
         super().on_new_queue_len_info(replica_id, num_ongoing_requests)

@@ -3,12 +3,14 @@ actor (``router/route_share.py`` says what and why; ``replicas/route_log.py`` th
 
 How it runs: ``start()`` (from the router's first ``choose_replicas``, on the router's event
 loop) launches two tasks on that loop; neither is awaited by routing.
-- sender: woken by ``record()`` (``on_request_routed``), sends the buffered routes with
+- sender: woken by ``record()`` (``on_request_routed``) or ``record_freed()``
+  (``on_request_completed``), sends the buffered routes and freed slots with
   ``append_routes`` and then waits ``min_interval_s`` before the next send, so a burst
   travels as a few batches (at most 1 / ``min_interval_s`` sends a second);
 - receiver: a long poll, ``routes_since(channel, epoch, seq, origin, wait_s)``, which the
   actor answers as soon as another router appends (or after ``wait_s`` with nothing); the
-  routes go to ``apply`` (the router hands them to its policy as ``PeerRouted``).
+  routes go to ``apply`` (the router hands them to its policy as ``PeerRouted``), the
+  slots freed to ``on_freed`` (the router wakes as many of its queued requests).
 A route reaches the other routers within a few milliseconds of ``on_request_routed``.
 Best effort: no status actor, a slow one (``timeout_s``) or an old one without the methods
 (a detached actor from an earlier version) only stop the sharing for ``retry_s``; a
@@ -36,6 +38,7 @@ class PeerShare:
         channel: str,
         apply: Callable[[list[SharedRoute]], None],
         namespace: str = "llmfleet",
+        on_freed: Callable[[int], None] | None = None,
         min_interval_s: float = 0.01,
         wait_s: float = 2.0,
         timeout_s: float = 2.0,
@@ -44,6 +47,7 @@ class PeerShare:
         self.store = store
         self.channel = channel
         self.apply = apply
+        self.on_freed = on_freed
         self.namespace = namespace
         self.min_interval_s = min_interval_s
         self.wait_s = wait_s
@@ -78,6 +82,13 @@ class PeerShare:
 
     def record(self, replica_id: str, block_hashes: tuple[int, ...]) -> None:
         self.share.record(replica_id, block_hashes)
+        self._poke()
+
+    def record_freed(self) -> None:
+        self.share.record_freed()
+        self._poke()
+
+    def _poke(self) -> None:
         if self._wake is not None and not self._wake.is_set() and self._loop is not None:
             if self._loop is _running_loop():
                 self._wake.set()
@@ -133,6 +144,9 @@ class PeerShare:
                 routes = s.accept(epoch, nxt, batches)
                 if routes:
                     self.apply(routes)
+                freed = s.take_peer_freed()
+                if freed and self.on_freed is not None:
+                    self.on_freed(freed)
             except Exception as err:
                 actor = None
                 self._failed("receive", err)

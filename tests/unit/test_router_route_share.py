@@ -11,7 +11,7 @@ from typing import Any
 from contracts.stats import ReplicaStats
 from replicas.route_log import RouteLog
 from router.prefix_policy import MODE_ORACLE, PrefixAwarePolicy
-from router.route_share import RouteShare, SharedRoute, decode, encode
+from router.route_share import RouteShare, SharedRoute, decode, encode, read
 from router.sglang_tree import SGLangTreePolicy
 from router.types import PeerRouted, ReplicaView, Routed
 from router.views import make_request_view
@@ -87,6 +87,22 @@ def test_share_accepts_others_skips_own_and_bad_batches_and_follows_the_cursor()
     routes = s.accept("e1", 12, batches)
     assert routes == [SharedRoute("r1", (1, 2)), SharedRoute("r2", (3,)), SharedRoute("r1", (4,))]
     assert (s.epoch, s.seq, s.bad, s.received) == ("e1", 12, 2, 3)
+
+
+def test_freed_slots_travel_with_the_routes_and_only_to_the_others() -> None:
+    a, b = RouteShare("A"), RouteShare("B")
+    a.record_freed()
+    a.record_freed()
+    assert a.pending() == 2
+    batch = a.take()
+    assert batch is not None
+    assert read(batch) == ([], 2)
+    assert a.take() is None
+    assert read(_batch(("r1", [1]))) == ([SharedRoute("r1", (1,))], 0)  # an older router's
+    batches = [("A", batch), ("B", encode([], 5)), ("C", _batch(("r1", [1])))]
+    assert b.accept("e", 3, batches) == [SharedRoute("r1", (1,))]
+    assert b.take_peer_freed() == 2  # its own 5 are not news to it
+    assert b.take_peer_freed() == 0
 
 
 def test_two_routers_through_the_log_learn_each_others_prefixes() -> None:
@@ -211,4 +227,45 @@ async def test_adapter_routes_on_when_the_store_is_missing_or_failing() -> None:
         assert router.decision_counts["affinity"] == 2  # its own index still learns
         if store is not None:
             assert router.peers.errors >= 1
+        router.peers.stop()
+
+
+async def test_a_completion_behind_one_ingress_wakes_a_request_queued_behind_the_other() -> None:
+    """Router B's requests wait for a slot; one of A's requests completes: B's
+    longest-waiting request starts its next round within milliseconds, not at its next
+    timeout (up to 0.5 s), and B keeps no credit for it."""
+    from router.retry_pacer import ROUND_ATTR
+
+    store = FakeStatusActor()
+    a, b = _sharing_router(store), _sharing_router(store)
+    reps = [FakeReplica(u, ReplicaStats(kv_capacity_tokens=16_000).to_wire()) for u in "xy"]
+    for router in (a, b):
+        router.update_replicas(reps)
+    held = pending_request(make_request_view("r0", SYSTEM), "i0")
+    await a.choose_replicas(reps, held)  # starts A's sharing tasks
+    a.on_request_routed(held, reps[0].replica_id, None)
+    queued = pending_request(make_request_view("r1", SYSTEM), "j1")
+    stop = asyncio.Event()
+
+    async def rounds() -> None:
+        gen = b._choose_replicas_with_backoff(queued)
+        try:
+            async for _ in gen:
+                if stop.is_set():
+                    return
+                await asyncio.sleep(0)
+        finally:
+            await gen.aclose()
+
+    task = asyncio.create_task(rounds())
+    await asyncio.sleep(1.0)  # rounds at 0, .025, .075, .175, .375, .775; next at 1.275
+    before = int(getattr(queued.routing_context, ROUND_ATTR))
+    a.on_request_completed(reps[0].replica_id, "i0")
+    await _settle(lambda: int(getattr(queued.routing_context, ROUND_ATTR)) > before, 0.2)
+    assert int(getattr(queued.routing_context, ROUND_ATTR)) == before + 1
+    assert b.pacer.wakes == 1
+    assert b.pacer.credits == 0
+    stop.set()
+    await asyncio.wait_for(task, 2.0)
+    for router in (a, b):
         router.peers.stop()
