@@ -21,15 +21,17 @@ Events (the caller forwards the same ones to the policy's ``observe``)
                   replica's acceptance between the decision and ``on_request_routed``, so
                   a burst would otherwise see the same in-flight counts for all of it.
                   ``room``: the replica had a free slot; such a decision *reserves* it
-                  (``reserved``, ``held``: what ``router.admission`` counts as not queued).
+                  (``reserved``, ``slots``: what ``router.admission`` counts as not queued).
     ``routed``    in flight at the replica; its uncached prompt tokens (prompt minus the
                   blocks the decision matched on that replica) join the replica's
                   outstanding prefill backlog (``router.outstanding``). Returns the cached
                   tokens the decision predicted there (0 when the framework sent the
                   request elsewhere or nothing was decided).
     ``completed`` no longer in flight (a key never routed, e.g. a request the replica
-                  rejected, changes nothing).   ``gone``: the replica left; forget its counts and
-                  the decisions onto it.
+                  rejected, changes nothing).
+    ``reported``  the replica's own count of its requests (several callers: the part that
+                  is not this router's is the others' load, for ``slots``).
+    ``gone``      the replica left; forget its counts and the decisions onto it.
 View (``view(replica_id, stats, queue_len, max_ongoing, now)``)
     ``stats`` is the replica's last report as a ``ReplicaStats`` (the Ray adapter decodes
     each wire report once; the twin reads the record directly);
