@@ -4,8 +4,9 @@
   ``bench.stub_server``) and ``closed_port`` (a port nothing listens on).
 - Router: ``request`` (a ``RequestView`` with block size 16), ``FakeReplica`` (what Serve's
   ``RunningReplica`` offers the request router), ``pending_request`` (Serve's
-  ``PendingRequest`` carrying the ingress payload) and ``serve_router`` (the Ray adapter,
-  built without a cluster).
+  ``PendingRequest`` carrying the ingress payload), ``serve_router`` (the Ray adapter,
+  built without a cluster), ``full_rounds`` (Serve's retry loop over it, every replica
+  full) and ``rounds_of`` (the rounds a request has had).
 - Autoscaler: ``snapshot`` (a ``MetricsSnapshot`` from a list of replica metrics).
 - Metrics: ``FakeMetrics``, a metric factory (``factory(Metric)``) handing out one
   ``FakeMetric`` per catalogue entry, a Ray Counter/Gauge stand-in that checks tags as Ray does.
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -98,6 +100,25 @@ def serve_router(**kw: Any) -> Any:
     )
     r.initialize_state(**kw)
     return r
+
+
+async def full_rounds(router: Any, request: Any, stop: asyncio.Event) -> None:
+    """Serve's own retry loop over our router, as its routing tasks run it, with every
+    replica full: each tier is taken by nobody (a probe's await, without the probe)."""
+    rounds = router._choose_replicas_with_backoff(request)
+    try:
+        async for _ in rounds:
+            if stop.is_set():
+                return
+            await asyncio.sleep(0)
+    finally:
+        await rounds.aclose()
+
+
+def rounds_of(request: Any) -> int:
+    from router.retry_pacer import ROUND_ATTR
+
+    return int(getattr(request.routing_context, ROUND_ATTR, 0))
 
 
 # ---- autoscaler --------------------------------------------------------------------

@@ -15,7 +15,7 @@ from router.route_share import RouteShare, SharedRoute, decode, encode, read
 from router.sglang_tree import SGLangTreePolicy
 from router.types import PeerRouted, ReplicaView, Routed
 from router.views import make_request_view
-from tests.fakes import FakeReplica, pending_request, serve_router
+from tests.fakes import FakeReplica, full_rounds, pending_request, rounds_of, serve_router
 
 SYSTEM = list(range(1000, 1256))  # 16 blocks of 16 tokens
 
@@ -234,8 +234,6 @@ async def test_a_completion_behind_one_ingress_wakes_a_request_queued_behind_the
     """Router B's requests wait for a slot; one of A's requests completes: B's
     longest-waiting request starts its next round within milliseconds, not at its next
     timeout (up to 0.5 s), and B keeps no credit for it."""
-    from router.retry_pacer import ROUND_ATTR
-
     store = FakeStatusActor()
     a, b = _sharing_router(store), _sharing_router(store)
     reps = [FakeReplica(u, ReplicaStats(kv_capacity_tokens=16_000).to_wire()) for u in "xy"]
@@ -246,23 +244,12 @@ async def test_a_completion_behind_one_ingress_wakes_a_request_queued_behind_the
     a.on_request_routed(held, reps[0].replica_id, None)
     queued = pending_request(make_request_view("r1", SYSTEM), "j1")
     stop = asyncio.Event()
-
-    async def rounds() -> None:
-        gen = b._choose_replicas_with_backoff(queued)
-        try:
-            async for _ in gen:
-                if stop.is_set():
-                    return
-                await asyncio.sleep(0)
-        finally:
-            await gen.aclose()
-
-    task = asyncio.create_task(rounds())
+    task = asyncio.create_task(full_rounds(b, queued, stop))
     await asyncio.sleep(1.0)  # rounds at 0, .025, .075, .175, .375, .775; next at 1.275
-    before = int(getattr(queued.routing_context, ROUND_ATTR))
+    before = rounds_of(queued)
     a.on_request_completed(reps[0].replica_id, "i0")
-    await _settle(lambda: int(getattr(queued.routing_context, ROUND_ATTR)) > before, 0.2)
-    assert int(getattr(queued.routing_context, ROUND_ATTR)) == before + 1
+    await _settle(lambda: rounds_of(queued) > before, 0.2)
+    assert rounds_of(queued) == before + 1
     assert b.pacer.wakes == 1
     assert b.pacer.credits == 0
     stop.set()

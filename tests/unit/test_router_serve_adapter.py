@@ -10,11 +10,10 @@ from typing import Any
 
 from contracts.stats import UNREPORTED, ReplicaStats
 from router.bookkeeping import PENDING_TTL_S
-from router.retry_pacer import ROUND_ATTR
 from router.serve_router import rank_tiers, request_view_of
 from router.types import RoutingDecision
 from router.views import make_request_view, replica_view_from_stats
-from tests.fakes import FakeReplica, pending_request, serve_router
+from tests.fakes import FakeReplica, full_rounds, pending_request, rounds_of, serve_router
 
 SYSTEM = list(range(1000, 1256))
 
@@ -187,23 +186,6 @@ async def test_burst_of_concurrent_decisions_counts_pending_and_respects_the_bou
     assert not router.book.decisions
 
 
-async def _rounds_of(router: Any, request: Any, stop: asyncio.Event) -> None:
-    """Serve's own retry loop over our router, as its routing tasks run it, with every
-    replica full: each tier is taken by nobody (a probe's await, without the probe)."""
-    rounds = router._choose_replicas_with_backoff(request)
-    try:
-        async for _ in rounds:
-            if stop.is_set():
-                return
-            await asyncio.sleep(0)
-    finally:
-        await rounds.aclose()
-
-
-def _rounds(request: Any) -> int:
-    return int(getattr(request.routing_context, ROUND_ATTR, 0))
-
-
 def _full_router() -> tuple[Any, list[FakeReplica]]:
     router = serve_router(policy="prefix")
     reps = [FakeReplica(u, ReplicaStats(kv_capacity_tokens=16_000).to_wire()) for u in "ab"]
@@ -218,12 +200,12 @@ async def test_a_request_no_replica_can_take_waits_between_rounds_instead_of_spi
     router, _ = _full_router()
     request = pending_request(make_request_view("r1", SYSTEM), "i1")
     stop = asyncio.Event()
-    task = asyncio.create_task(_rounds_of(router, request, stop))
+    task = asyncio.create_task(full_rounds(router, request, stop))
     await asyncio.sleep(0.3)
     stop.set()
     await asyncio.wait_for(task, 1.0)
     assert not request.routing_context.should_backoff  # no Serve sleep on top
-    assert 3 <= _rounds(request) <= 6, _rounds(request)  # at 0, 25, 75, 175 ms
+    assert 3 <= rounds_of(request) <= 6, rounds_of(request)  # at 0, 25, 75, 175 ms
 
 
 async def test_a_completion_wakes_the_longest_waiting_request_at_once() -> None:
@@ -235,14 +217,14 @@ async def test_a_completion_wakes_the_longest_waiting_request_at_once() -> None:
     old = pending_request(make_request_view("r1", SYSTEM), "i1")
     young = pending_request(make_request_view("r2", SYSTEM), "i2")
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(_rounds_of(router, old, stop))]
+    tasks = [asyncio.create_task(full_rounds(router, old, stop))]
     await asyncio.sleep(1.0)  # old: rounds at 0, .025, .075, .175, .375, .775; next 1.275
-    tasks.append(asyncio.create_task(_rounds_of(router, young, stop)))
+    tasks.append(asyncio.create_task(full_rounds(router, young, stop)))
     await asyncio.sleep(0.1)  # young: rounds at 0, .025, .075; next .175
-    n_old, n_young = _rounds(old), _rounds(young)
+    n_old, n_young = rounds_of(old), rounds_of(young)
     router.on_request_completed(reps[0].replica_id, "i0")
     await asyncio.sleep(0.01)
-    assert (_rounds(old), _rounds(young)) == (n_old + 1, n_young)  # one slot: one request
+    assert (rounds_of(old), rounds_of(young)) == (n_old + 1, n_young)  # one slot: one request
     assert router.pacer.wakes == 1
     stop.set()
     await asyncio.wait_for(asyncio.gather(*tasks), 2.0)
