@@ -21,14 +21,13 @@ and one slot out of ``free``; acceptance takes it out of both ``unrouted`` and
 ``reserved``; a completion frees a slot. A request the router decided onto a full replica
 counts as queued, as it is. With no capacity function yet (the router is created on the
 first call) or an answer it could not give, ``None``: the caller falls back to counting
-every unaccepted request. Slots taken by other ingresses are seen as late as the router's
-queue-length information; a request admitted on a stale count waits at most the admission
-timeout.
+every unaccepted request. Slots taken through other ingresses are seen as late as the
+replicas' reports of them (``FleetBook.slots``); a request admitted on a stale count waits
+at most the admission timeout.
 """
 
 from __future__ import annotations
 
-import collections
 import threading
 from collections.abc import Callable
 
@@ -38,36 +37,29 @@ Capacity = Callable[[], "tuple[int, int] | None"]  # (free slots, reserved reque
 class AdmissionLedger:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # the router may run on its own loop thread
-        self._unrouted: collections.Counter[str] = collections.Counter()
+        # a request's calls are sequential: at most one unrouted call per request id
+        self._unrouted: set[str] = set()
         self._capacity: Capacity | None = None
 
     @property
     def unrouted(self) -> int:
-        with self._lock:
-            return sum(self._unrouted.values())
+        return len(self._unrouted)
 
     def attach(self, capacity: Capacity | None) -> None:
         self._capacity = capacity
 
     def sent(self, request_id: str) -> None:
         with self._lock:
-            self._unrouted[request_id] += 1
-
-    def _drop(self, request_id: str) -> None:
-        with self._lock:
-            n = self._unrouted.get(request_id, 0)
-            if n > 1:
-                self._unrouted[request_id] = n - 1
-            elif n == 1:
-                del self._unrouted[request_id]
+            self._unrouted.add(request_id)
 
     def routed(self, request_id: str) -> None:
-        self._drop(request_id)
+        with self._lock:
+            self._unrouted.discard(request_id)
 
     def done(self, request_id: str) -> None:
-        """The call was accepted or ended; a no-op when ``routed`` already counted it (a
-        request's calls are sequential, so at most one per id is unrouted)."""
-        self._drop(request_id)
+        """The call was accepted or ended (a no-op when ``routed`` already counted it)."""
+        with self._lock:
+            self._unrouted.discard(request_id)
 
     def queued_with_one_more(self) -> int | None:
         capacity = self._capacity
