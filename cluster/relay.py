@@ -13,8 +13,8 @@
   each at most ``admission_timeout_s`` (then 429, or 503 when no replica is healthy). A
   request that would be queued beyond ``max_queued`` is refused at once: the ledger
   (``router/admission.py``, shared with the router in this process) says how many of the
-  calls not yet accepted have no slot to go to; before the router exists, every one of them
-  counts. The check and the count have no ``await`` between them. Serve's own
+  calls not yet accepted have no slot to go to; before the router exists (the ingress has
+  Serve create it at start, ``start_router``), every one of them counts. The check and the count have no ``await`` between them. Serve's own
   ``max_queued_requests`` is a looser second line (``cluster/app.py``). The client gets its
   status only after a replica accepted, so overload is never a 200 followed by an error.
 - **What is retried.** Only a replica's death (Ray reports the actor died or is
@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -83,6 +84,17 @@ def unavailable() -> APIError:
 def sse_error(message: str, code: str) -> bytes:
     body = APIError(500, message, type="server_error", code=code).body()
     return f"data: {json.dumps(body)}\n\n".encode() + DONE_EVENT
+
+
+def start_router(handle: Any) -> None:
+    """Have Serve create ``handle``'s request router now, not at the first request. Until
+    the router exists the ledger cannot see free slots, so load shedding counts every
+    request not yet accepted as queued, and the first burst at a new ingress replica was
+    partly refused although it fit. A handle's first ``options()`` initializes it with the
+    defaults, as the first call would. With ``server.throughput_mode`` the router runs on
+    the current event loop; where there is none, Serve raises and the handle stays lazy."""
+    with contextlib.suppress(RuntimeError):
+        handle.options(stream=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,3 +158,28 @@ def test_other_callers_load_comes_from_the_replicas_reports() -> None:
     single = FleetBook(single_caller=True)
     single.reported("a", 3)  # nobody else calls: an older count of our own
     assert single.slots("a", max_ongoing=4) == (4, 0)
+
+
+def test_the_ingress_has_the_router_created_before_its_first_request() -> None:
+    """Without a router the ledger cannot see free slots and every unaccepted request counts
+    as queued, so the ingress initializes its handle at start (Serve then creates the router).
+    Where Serve cannot yet (no event loop for it), the handle stays lazy: no error."""
+    import asyncio
+
+    from cluster.relay import start_router
+
+    class Handle:
+        def __init__(self, refuse: bool = False) -> None:
+            self.refuse = refuse
+            self.options_calls: list[dict[str, object]] = []
+
+        def options(self, **kw: object) -> Handle:
+            if self.refuse:
+                raise RuntimeError("No event loop running.")
+            self.options_calls.append(kw)
+            return self
+
+    handle = Handle()
+    asyncio.run(asyncio.to_thread(start_router, handle))
+    assert handle.options_calls == [{"stream": True}]
+    start_router(Handle(refuse=True))  # stays lazy
