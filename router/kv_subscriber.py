@@ -5,20 +5,21 @@ publisher's endpoint (vLLM binds for ``ipc://``/``tcp://*`` endpoints), translat
 multipart message with ``KVEventTranslator`` and calls ``on_event`` for every resulting
 ``KVBlocksStored``/``KVBlocksRemoved`` — on the subscriber thread: callers that own an event
 loop hand events over with ``loop.call_soon_threadsafe``. ``stop()`` ends the thread
-within ``poll_ms``.
+within ``poll_ms``. ``KVSubscriptions`` keeps one per replica for the router.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import zmq
 
 from router.kv_events import DEFAULT_MAP_ENTRIES, KVEventTranslator
-from router.types import KVBlocksRemoved, KVBlocksStored
+from router.types import KVBlocksRemoved, KVBlocksStored, RouterEvent
 
 log = logging.getLogger(__name__)
 KVEventCallback = Callable[[KVBlocksStored | KVBlocksRemoved], None]
@@ -81,3 +82,40 @@ class KVEventSubscriber:
             return
         for ev in events:
             self.on_event(ev)
+
+
+class KVSubscriptions:
+    """A precise-mode router's subscribers, one per replica. ``ensure(replica_ids)`` (on the
+    router's event loop) starts those missing, their events handed to ``on_event`` on that
+    loop; ``drop(replica_id)`` stops one without waiting for its thread."""
+
+    def __init__(
+        self, template: str, on_event: Callable[[RouterEvent], None], block_size: int = 16
+    ) -> None:
+        self.template = template
+        self.on_event = on_event
+        self.block_size = block_size
+        self.subscribers: dict[str, KVEventSubscriber] = {}
+
+    def ensure(self, replica_ids: Iterable[str]) -> None:
+        loop = asyncio.get_running_loop()
+        for rid in replica_ids:
+            if rid not in self.subscribers:
+                self.subscribers[rid] = KVEventSubscriber(
+                    self.template.format(replica_id=rid),
+                    rid,
+                    lambda ev: _hand_over(loop, self.on_event, ev),
+                    block_size=self.block_size,
+                ).start()
+
+    def drop(self, replica_id: str) -> None:
+        sub = self.subscribers.pop(replica_id, None)
+        if sub is not None:
+            sub.stop(timeout=0)
+
+
+def _hand_over(
+    loop: asyncio.AbstractEventLoop, fn: Callable[[RouterEvent], None], ev: RouterEvent
+) -> None:
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(fn, ev)

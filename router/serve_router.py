@@ -16,17 +16,14 @@ Rounds of a request no replica can take yet are paced by ``retry_pacer.py``. Not
 blocks the event loop: ``serve_snapshot.py`` saves and restores the index in the status
 actor; with ``share_routes`` (several ingress replicas), ``serve_share.py`` exchanges routes
 with the other routers (``PeerRouted``; routes to unknown replicas dropped); in
-``prefix-precise`` mode one ZMQ subscriber per replica
-(``kv_events_endpoint_template``) feeds KV events through ``loop.call_soon_threadsafe``.
-Metrics: the ``ROUTER_*`` counters of ``contracts.metrics`` (described there; created once
-by ``use_counters``; local mirrors ``decision_counts``, ``prompt_tokens``,
-``predicted_cached_tokens``, ``kv_event_counts``). Time: ``self.clock``.
+``prefix-precise`` mode one ZMQ subscriber per replica (``kv_subscriber.KVSubscriptions``,
+``kv_events_endpoint_template``) feeds KV events through ``loop.call_soon_threadsafe``.
+Metrics: ``self.metrics`` (``serve_metrics.py``: the ``ROUTER_*`` counters and their local
+mirrors; ``use_counters`` swaps the factory). Time: ``self.clock``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import logging
 import random
 import time
@@ -35,22 +32,15 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
-from contracts.metrics import (
-    ROUTER_DECISIONS,
-    ROUTER_KV_EVENTS,
-    ROUTER_PREDICTED_CACHED_TOKENS,
-    ROUTER_PROMPT_TOKENS,
-    Metric,
-    start_at_zero,
-)
 from contracts.stats import ReplicaStats, from_wire
 from router.admission import ledger_for
 from router.bookkeeping import FleetBook
-from router.kv_subscriber import KVEventSubscriber
+from router.kv_subscriber import KVSubscriptions
 from router.registry import make_policy
 from router.retry_pacer import RetryPacer, is_retry
 from router.route_share import SharedRoute
 from router.scorers import queue_depth
+from router.serve_metrics import CounterFactory, RouterCounters, serve_counter
 from router.serve_share import PeerShare
 from router.serve_snapshot import IndexSnapshots
 from router.types import (
@@ -68,7 +58,6 @@ from router.types import (
 )
 
 log = logging.getLogger(__name__)
-CounterFactory = Callable[[Metric], Any]  # a counter with Ray's inc(value, tags=), or None
 
 
 def request_view_of(pending_request: PendingRequest | None) -> RequestView | None:
@@ -94,22 +83,6 @@ def rank_tiers(decision: RoutingDecision, candidates: Sequence[Any]) -> list[lis
     rest = [r for r in candidates if r.replica_id.unique_id != decision.replica_id]
     rest.sort(key=lambda r: -decision.scores.get(r.replica_id.unique_id, 0.0))
     return [tier for tier in (chosen, rest) if tier]
-
-
-def serve_counter(metric: Metric) -> Any:
-    try:
-        from ray.serve.metrics import Counter
-
-        # Ray annotates tag_keys as tuple[str] (one element)
-        return Counter(metric.name, description=metric.description, tag_keys=metric.labels)  # type: ignore[arg-type]
-    except Exception as exc:  # metrics need a Ray worker; unit tests have none
-        log.debug("router counter %s disabled: %s", metric.name, exc)
-        return None
-
-
-def _hand_over(loop: asyncio.AbstractEventLoop, fn: Any, ev: RouterEvent) -> None:
-    if not loop.is_closed():
-        loop.call_soon_threadsafe(fn, ev)
 
 
 class LLMFleetRequestRouter(RequestRouter):
@@ -151,26 +124,14 @@ class LLMFleetRequestRouter(RequestRouter):
         if self.admission is not None:  # the ingress's load shedding asks us
             self.admission.attach(self.free_and_reserved)
         self._decoded: dict[str, tuple[Mapping[str, Any] | None, ReplicaStats]] = {}
-        self.decision_counts: collections.Counter[str] = collections.Counter()
-        self.kv_template = kv_events_endpoint_template if policy == "prefix-precise" else None
-        self.subscribers: dict[str, KVEventSubscriber] = {}
+        template = kv_events_endpoint_template if policy == "prefix-precise" else None
+        self.kv = KVSubscriptions(template, self._on_kv_event, block_size) if template else None
         self.known: set[str] = set()
-        self.kv_event_counts: collections.Counter[str] = collections.Counter()
-        self.prompt_tokens = 0
-        self.predicted_cached_tokens = 0
         self.use_counters(serve_counter)
 
     def use_counters(self, make: CounterFactory) -> None:
-        """Create the exported counters with ``make`` (tests pass fakes); tag dicts are built
-        here, once, not per request."""
-        self._counter = make(ROUTER_DECISIONS)
-        self._prompt_counter = make(ROUTER_PROMPT_TOKENS)
-        self._cached_counter = make(ROUTER_PREDICTED_CACHED_TOKENS)
-        self._kv_counter = make(ROUTER_KV_EVENTS) if self.kv_template else None
-        self._policy_tags = {"policy": self.policy_name}
-        self._reason_tags: dict[str, dict[str, str]] = {}
-        for counter in (self._prompt_counter, self._cached_counter):
-            start_at_zero(counter, self._policy_tags)
+        """(Re)create the exported counters with ``make`` (tests pass fakes)."""
+        self.metrics = RouterCounters(self.policy_name, make, kv_events=self.kv is not None)
 
     def _state_ready(self) -> bool:
         return hasattr(self, "policy")
@@ -196,22 +157,6 @@ class LLMFleetRequestRouter(RequestRouter):
         stats = from_wire(raw, strict=False)
         self._decoded[replica_id] = (raw, stats)
         return stats
-
-    def _count(self, reason: str) -> None:
-        self.decision_counts[reason] += 1
-        if self._counter is not None:
-            tags = self._reason_tags.get(reason)
-            if tags is None:
-                tags = self._reason_tags[reason] = {"policy": self.policy_name, "reason": reason}
-            self._counter.inc(1, tags=tags)
-
-    def _count_tokens(self, prompt: int, cached: int) -> None:
-        self.prompt_tokens += prompt
-        self.predicted_cached_tokens += cached
-        if prompt > 0 and self._prompt_counter is not None:  # Ray refuses inc(0)
-            self._prompt_counter.inc(prompt, tags=self._policy_tags)
-        if cached > 0 and self._cached_counter is not None:
-            self._cached_counter.inc(cached, tags=self._policy_tags)
 
     def _p2c(self, views: list[ReplicaView]) -> RoutingDecision:
         pair = views if len(views) <= 2 else self.rng.sample(views, 2)
@@ -245,15 +190,18 @@ class LLMFleetRequestRouter(RequestRouter):
         if avoid:  # unless nothing else is left: a fleet of one still serves
             kept = [r for r in candidate_replicas if r.replica_id.unique_id not in avoid]
             candidate_replicas = kept or candidate_replicas
-        self._ensure_subscribers(candidate_replicas)
+        if self.kv is not None:  # precise mode: the replicas' KV events feed the index
+            ids = [r.replica_id.unique_id for r in candidate_replicas]
+            self.known.update(ids)
+            self.kv.ensure(ids)
         now = self.clock()
         views = [self.replica_view(r, now) for r in candidate_replicas]
         try:
             decision = self._p2c(views) if request is None else self.policy.choose(request, views)
         except NoReplicaAvailable:
-            self._count("fallback")
+            self.metrics.decision("fallback")
             return [list(candidate_replicas)]
-        self._count(decision.reason)
+        self.metrics.decision(decision.reason)
         if request is not None:
             chosen = next((v for v in views if v.replica_id == decision.replica_id), None)
             room = chosen is not None and chosen.ongoing < chosen.max_ongoing
@@ -281,10 +229,7 @@ class LLMFleetRequestRouter(RequestRouter):
             self.policy.observe(event)
 
     def _on_kv_event(self, event: RouterEvent) -> None:
-        kind = "stored" if isinstance(event, KVBlocksStored) else "removed"
-        self.kv_event_counts[kind] += 1
-        if self._kv_counter is not None:
-            self._kv_counter.inc(tags={"kind": kind})
+        self.metrics.kv_event("stored" if isinstance(event, KVBlocksStored) else "removed")
         self._observe(event)
 
     def on_request_routed(
@@ -300,7 +245,7 @@ class LLMFleetRequestRouter(RequestRouter):
         if request is not None:
             if self.admission is not None:
                 self.admission.routed(request.request_id)
-            self._count_tokens(request.prompt_tokens, cached)
+            self.metrics.tokens(request.prompt_tokens, cached)
             self._observe(Routed(request, replica_id.unique_id, now))
             if self.peers is not None:
                 self.peers.record(replica_id.unique_id, request.block_hashes)
@@ -356,24 +301,6 @@ class LLMFleetRequestRouter(RequestRouter):
         self.known.discard(rid)
         self.book.gone(rid)
         self._decoded.pop(rid, None)
-        sub = self.subscribers.pop(rid, None)
-        if sub is not None:
-            sub.stop(timeout=0)
+        if self.kv is not None:
+            self.kv.drop(rid)
         self._observe(ReplicaGone(rid, self.clock()))
-
-    # ---- precise mode: KV event subscribers -----------------------------------------
-    def _ensure_subscribers(self, replicas: Sequence[RunningReplica]) -> None:
-        if self.kv_template is None:
-            return
-        loop = asyncio.get_running_loop()
-        for r in replicas:
-            rid = r.replica_id.unique_id
-            self.known.add(rid)
-            if rid not in self.subscribers:
-                endpoint = self.kv_template.format(replica_id=rid)
-                self.subscribers[rid] = KVEventSubscriber(
-                    endpoint,
-                    rid,
-                    lambda ev: _hand_over(loop, self._on_kv_event, ev),
-                    block_size=self.block_size,
-                ).start()

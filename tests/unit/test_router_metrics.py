@@ -45,7 +45,7 @@ async def test_shared_prefix_second_request_is_predicted_cached() -> None:
     decisions = metrics[ROUTER_DECISIONS]
     assert decisions.get(policy="prefix", reason="fallback") == 1.0
     assert decisions.get(policy="prefix", reason="affinity") == 1.0
-    assert (router.prompt_tokens, router.predicted_cached_tokens) == (516, 256)
+    assert (router.metrics.prompt_tokens, router.metrics.predicted_cached_tokens) == (516, 256)
     assert ROUTER_KV_EVENTS.name not in metrics.made  # approximate mode: no KV events
 
 
@@ -67,7 +67,7 @@ async def test_policy_without_prediction_counts_prompt_tokens_only() -> None:
         await _route(router, reps, f"r{i}", SYSTEM)
     assert metrics[ROUTER_PROMPT_TOKENS].get(policy="round-robin") == 3 * 256.0
     assert metrics[ROUTER_PREDICTED_CACHED_TOKENS].values == {}
-    assert router.predicted_cached_tokens == 0
+    assert router.metrics.predicted_cached_tokens == 0
     assert metrics[ROUTER_DECISIONS].get(policy="round-robin", reason="balance") == 3.0
 
 
@@ -87,4 +87,4 @@ def test_precise_mode_counts_kv_events_by_kind() -> None:
     router.use_counters(metrics)
     router._on_kv_event(KVBlocksStored("a", (1, 2), 0.0))
     assert metrics[ROUTER_KV_EVENTS].get(kind="stored") == 1.0
-    assert router.kv_event_counts == {"stored": 1}
+    assert router.metrics.kv_event_counts == {"stored": 1}

@@ -204,7 +204,7 @@ async def test_adapters_share_routes_and_drop_those_to_unknown_replicas() -> Non
     second = make_request_view("r2", [*SYSTEM, 2])
     again = await b.choose_replicas(reps, pending_request(second, "j1"))
     assert again[0][0].replica_id == chosen.replica_id
-    assert b.decision_counts["affinity"] == 1
+    assert b.metrics.decision_counts["affinity"] == 1
     assert a.peers.share.received == 0  # its own routes never come back
     b.update_replicas([r for r in reps if r is not chosen])  # the replica left B's view
     a.on_request_routed(pending_request(second, "i2"), chosen.replica_id, None)
@@ -224,7 +224,7 @@ async def test_adapter_routes_on_when_the_store_is_missing_or_failing() -> None:
             tiers = await router.choose_replicas(reps, pending_request(view, f"i{i}"))
             router.on_request_routed(pending_request(view, f"i{i}"), tiers[0][0].replica_id, None)
             await asyncio.sleep(0.02)
-        assert router.decision_counts["affinity"] == 2  # its own index still learns
+        assert router.metrics.decision_counts["affinity"] == 2  # its own index still learns
         if store is not None:
             assert router.peers.errors >= 1
         router.peers.stop()

@@ -75,7 +75,7 @@ async def test_choose_observe_complete_cycle_learns_affinity() -> None:
     router.on_request_completed(chosen.replica_id, "i1")
     router.on_request_completed(chosen.replica_id, "i2")
     assert router.replica_view(chosen).ongoing == 0
-    assert router.decision_counts == {"fallback": 1, "affinity": 1}
+    assert router.metrics.decision_counts == {"fallback": 1, "affinity": 1}
 
 
 async def test_missing_view_falls_back_to_p2c_and_gone_replica_is_forgotten() -> None:
@@ -85,7 +85,7 @@ async def test_missing_view_falls_back_to_p2c_and_gone_replica_is_forgotten() ->
     router.update_replicas([busy, idle])
     tiers = await router.choose_replicas([busy, idle], pending_request(None, "i1"))
     assert tiers[0] == [idle]
-    assert router.decision_counts["fallback"] == 1
+    assert router.metrics.decision_counts["fallback"] == 1
     view = make_request_view("r", SYSTEM)
     router.on_request_routed(pending_request(view, "i2"), idle.replica_id, None)
     assert router.policy.index.size("idle") == 16  # type: ignore[attr-defined]
@@ -102,7 +102,7 @@ async def test_all_unavailable_returns_every_candidate_as_one_tier() -> None:
     reps = [FakeReplica("a", down), FakeReplica("b", down)]
     tiers = await router.choose_replicas(reps, pending_request(make_request_view("r", SYSTEM), "i"))
     assert tiers == [reps]
-    assert router.decision_counts["fallback"] == 1
+    assert router.metrics.decision_counts["fallback"] == 1
     assert await router.choose_replicas([], None) == []
 
 
@@ -145,18 +145,18 @@ async def test_precise_router_subscribes_counts_and_learns_kv_events(tmp_path: A
     reps = [FakeReplica("a"), FakeReplica("b")]
     try:
         await router.choose_replicas(reps, pending_request(make_request_view("r0", SYSTEM), "i0"))
-        assert set(router.subscribers) == {"a", "b"}  # one SUB socket per replica
+        assert set(router.kv.subscribers) == {"a", "b"}  # one SUB socket per replica
         deadline = asyncio.get_running_loop().time() + 5.0
         seq = 0
-        while not router.kv_event_counts and asyncio.get_running_loop().time() < deadline:
+        while not router.metrics.kv_event_counts and asyncio.get_running_loop().time() < deadline:
             pub.send_multipart(_frames(CAPTURED[3], seq))  # PUB/SUB slow joiner: resend
             seq += 1
             await asyncio.sleep(0.02)
     finally:
-        for sub in router.subscribers.values():
+        for sub in router.kv.subscribers.values():
             sub.stop()
         pub.close(linger=0)
-    assert router.kv_event_counts["stored"] >= 1
+    assert router.metrics.kv_event_counts["stored"] >= 1
     view = make_request_view("r1", TOKENS)  # the tokens of the captured BlockStored
     assert router.policy.matches(view, [router.replica_view(r) for r in reps])["a"] == 4  # type: ignore[attr-defined]
 
