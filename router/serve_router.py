@@ -24,7 +24,6 @@ mirrors; ``use_counters`` swaps the factory). Time: ``self.clock``.
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -56,8 +55,6 @@ from router.types import (
     RoutingDecision,
     RoutingPolicy,
 )
-
-log = logging.getLogger(__name__)
 
 
 def request_view_of(pending_request: PendingRequest | None) -> RequestView | None:
