@@ -29,7 +29,7 @@ from cluster.breaker import CircuitBreaker
 from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage
 from cluster.guard import Guard, Pass
 from cluster.openapi_spec import build_openapi
-from cluster.relay import Relay, RelaySettings, Started, start_router
+from cluster.relay import Relay, RelaySettings, Started
 from cluster.request_prep import GENERATE_PATHS, Limits, Prepared, prepare, resubmit
 from contracts.http import JSON, SSE, APIError
 from replicas.status_registry import fleet_snapshot
@@ -144,7 +144,6 @@ class OpenAIIngress:
             migrate_attempts=int(settings.get("migrate_attempts", 2)),
             max_queued=int(settings.get("max_queued_requests", 64)),
         )
-        start_router(replicas)  # load shedding needs the router's count from the start
         self.relay = Relay(
             replicas,
             relay,

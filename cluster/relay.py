@@ -13,8 +13,9 @@
   each at most ``admission_timeout_s`` (then 429, or 503 when no replica is healthy). A
   request that would be queued beyond ``max_queued`` is refused at once: the ledger
   (``router/admission.py``, shared with the router in this process) says how many of the
-  calls not yet accepted have no slot to go to; before the router exists (the ingress has
-  Serve create it at start, ``start_router``), every one of them counts. The check and the count have no ``await`` between them. Serve's own
+  calls not yet accepted have no slot to go to; before the router exists (``start_router``
+  has Serve create it when the relay is built), every one of them counts. The check and the
+  count have no ``await`` between them. Serve's own
   ``max_queued_requests`` is a looser second line (``cluster/app.py``). The client gets its
   status only after a replica accepted, so overload is never a 200 followed by an error.
 - **What is retried.** Only a replica's death (Ray reports the actor died or is
@@ -86,15 +87,17 @@ def sse_error(message: str, code: str) -> bytes:
     return f"data: {json.dumps(body)}\n\n".encode() + DONE_EVENT
 
 
-def start_router(handle: Any) -> None:
-    """Have Serve create ``handle``'s request router now, not at the first request. Until
-    the router exists the ledger cannot see free slots, so load shedding counts every
-    request not yet accepted as queued, and the first burst at a new ingress replica was
-    partly refused although it fit. A handle's first ``options()`` initializes it with the
-    defaults, as the first call would. With ``server.throughput_mode`` the router runs on
-    the current event loop; where there is none, Serve raises and the handle stays lazy."""
+def start_router(handle: Any) -> Any | None:
+    """The streaming handle to the replicas, made now so that Serve creates its request
+    router now, not at the first request. Until the router exists the ledger cannot see
+    free slots, so load shedding counts every request not yet accepted as queued, and the
+    first burst at a new ingress replica was partly refused although it fit. A handle's
+    first ``options()`` initializes it with the defaults, as the first call would. With
+    ``server.throughput_mode`` the router runs on the current event loop; where there is
+    none, Serve raises: None, and the handle stays lazy."""
     with contextlib.suppress(RuntimeError):
-        handle.options(stream=True)
+        return handle.options(stream=True)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +139,7 @@ class Relay:
         ledger: AdmissionLedger | None = None,
     ) -> None:
         self.handle = handle
+        self._stream = start_router(handle)  # made once, reused by every call
         self.ledger = ledger
         self.s = settings
         self.breaker = breaker
@@ -168,7 +172,9 @@ class Relay:
             request_id = getattr(view, "request_id", None)
             if self.ledger is not None and request_id is not None:
                 self.ledger.sent(request_id)
-            call = self.handle.options(stream=True).handle.remote(payload)
+            if self._stream is None:
+                self._stream = self.handle.options(stream=True)
+            call = self._stream.handle.remote(payload)
             rid = ""
             accepted_at = 0.0
             try:
