@@ -59,7 +59,7 @@ from autoscaler.explain import explain
 from autoscaler.registry import POLICY_NAMES, check_params, make_policy
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, ScalingPolicy
 from contracts.metrics import Metric
-from contracts.stats import from_wire
+from contracts.stats import CUMULATIVE_FIELDS, from_wire
 
 if TYPE_CHECKING:
     from ray.serve.config import AutoscalingConfig
@@ -99,16 +99,40 @@ def _replica_key(replica_id: Any) -> str:
     return str(getattr(replica_id, "unique_id", replica_id))
 
 
+def latest_counters(ctx: Any) -> list[tuple[str, str, float]]:
+    """``(replica, counter, value)``: each cumulative counter (``CUMULATIVE_FIELDS``) at the
+    newest sample of Serve's raw series (``ctx.raw_metrics``), which the window mean in
+    ``aggregated_metrics`` would lag by half of ``look_back_period_s``. Empty where Serve
+    gives no raw series (the means are used then)."""
+    try:
+        raw = getattr(ctx, "raw_metrics", None) or {}
+    except Exception:  # a lazy Serve getter that fails: the means are used
+        log.debug("raw metrics unavailable", exc_info=True)
+        return []
+    out = []
+    for name in CUMULATIVE_FIELDS:
+        for replica_id, series in (raw.get(name) or {}).items():
+            samples = [s for s in series or () if hasattr(s, "timestamp")]
+            if samples:
+                newest = max(samples, key=lambda s: s.timestamp)
+                out.append((_replica_key(replica_id), name, float(newest.value)))
+    return out
+
+
 def snapshot_from_context(ctx: Any) -> MetricsSnapshot:
     """``AutoscalingContext`` → ``MetricsSnapshot`` (metric-major → replica-major).
 
-    Per replica: the ``ReplicaStats`` wire keys (window means) decoded with
-    ``from_wire(strict=False)`` (a bad report is logged and counted, and reads as neutral);
-    ``ongoing`` is Serve's ``running_requests`` when reported, else the engine's count."""
+    Per replica: the ``ReplicaStats`` wire keys (window means; the cumulative counters at
+    their latest reported value, ``latest_counters``) decoded with ``from_wire(strict=False)``
+    (a bad report is logged and counted, and reads as neutral); ``ongoing`` is Serve's
+    ``running_requests`` when reported, else the engine's count."""
     per_replica: dict[str, dict[str, float]] = {}
     for name, values in (ctx.aggregated_metrics or {}).items():
         for replica_id, value in values.items():
             per_replica.setdefault(_replica_key(replica_id), {})[name] = float(value)
+    for rid, name, value in latest_counters(ctx):
+        if rid in per_replica:
+            per_replica[rid][name] = value
     replicas = []
     for rid, wire in sorted(per_replica.items()):
         ray_ongoing = wire.pop(RAY_RUNNING_REQUESTS_KEY, None)

@@ -102,6 +102,18 @@ class ReplicaStats:
 WIRE_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(ReplicaStats) if f.name != "reported"
 )
+# Cumulative counters: a consumer that averages reports over a window (Ray Serve's
+# ``look_back_period_s``) must read these at their latest value instead: the mean of a
+# counter over a window lags it by half the window and spreads a burst over the window,
+# so the work of a burst would look slower than it arrived.
+CUMULATIVE_FIELDS: tuple[str, ...] = (
+    "prefix_hits",
+    "prefix_queries",
+    "arrived_prompt_tokens",
+    "arrived_requests",
+    "num_preemptions",
+    "steps",
+)
 UNKNOWN = ReplicaStats(reported=False)
 UNREPORTED = ReplicaStats(reported=False)
 

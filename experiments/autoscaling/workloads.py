@@ -5,7 +5,8 @@
   from the Azure code trace's own length pairs, times ``length_scale``, so the step and the
   trace replay ask for the same kind of work.
 - ``LookBackRecorder``: wraps a pure ``ScalingPolicy`` the way Ray Serve feeds a policy —
-  each replica's metrics averaged over ``look_back_s`` (Ray's ``look_back_period_s``) — and
+  each replica's metrics averaged over ``look_back_s`` (Ray's ``look_back_period_s``), its
+  cumulative counters at their latest value (our Serve adapter reads them raw) — and
   records one ``Sample`` per decision (replicas after the decision, worst queue delay).
   Without the window a baseline sees raw 1-s samples; the simulator's busy fraction, which
   accrues only when a (possibly > 1 s) step ends, then flips 0 ↔ 1 and resets Ray-style
@@ -24,6 +25,7 @@ from typing import Any
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, ScalingPolicy
 from bench.tokens import TokenSource
 from bench.types import RequestSpec
+from contracts.stats import CUMULATIVE_FIELDS
 from experiments.autoscaling.metrics import Sample
 from experiments.traces import AZURE_TRACE
 
@@ -84,13 +86,18 @@ def step_specs(
     return out
 
 
-_AVERAGED = tuple(f.name for f in fields(ReplicaMetrics) if f.name != "replica_id")
+_FIELDS = tuple(f.name for f in fields(ReplicaMetrics) if f.name != "replica_id")
+_LATEST = tuple(k for k in _FIELDS if k in CUMULATIVE_FIELDS)
+_AVERAGED = tuple(k for k in _FIELDS if k not in CUMULATIVE_FIELDS)
 
 
 def average_metrics(window: list[ReplicaMetrics]) -> ReplicaMetrics:
+    """The replica's metrics as Serve hands them to a policy: gauges averaged over the
+    window, cumulative counters at their latest value (``serve_autoscaling.latest_counters``)."""
     n = len(window)
     means = {k: sum(getattr(m, k) for m in window) / n for k in _AVERAGED}
-    return ReplicaMetrics(window[-1].replica_id, **means)
+    latest = {k: getattr(window[-1], k) for k in _LATEST}
+    return ReplicaMetrics(window[-1].replica_id, **means, **latest)
 
 
 class LookBackRecorder:

@@ -106,6 +106,33 @@ def test_context_edge_cases() -> None:
     assert m.waiting_prefill_tokens == 0.0
 
 
+def test_counters_are_read_at_their_latest_raw_sample() -> None:
+    """Serve's window mean of a cumulative counter lags it; the adapter takes the newest raw
+    sample for counters (``CUMULATIVE_FIELDS``) and the means for everything else."""
+    at = lambda t, v: SimpleNamespace(timestamp=t, value=v)  # noqa: E731 - TimeStampedValue
+    raw = {
+        "arrived_prompt_tokens": {A: [at(998.0, 0.0), at(999.5, 9000.0), at(999.0, 4000.0)]},
+        "prefix_queries": {A: [at(999.5, 9500.0)], B: []},
+        "kv_usage": {A: [at(999.5, 0.9)]},  # a gauge: the mean stays
+    }
+    s = snapshot_from_context(fake_ctx(raw_metrics=raw))
+    a, b = s.replicas
+    assert a.arrived_prompt_tokens == 9000.0  # the newest by timestamp, not the last listed
+    assert a.prefix_queries == 9500.0
+    assert b.prefix_queries == 100.0  # no raw sample: the mean
+    assert a.kv_usage == 0.5
+    ghost = fake_ctx(raw_metrics={"arrived_requests": {FakeReplicaID("gone"): [at(1.0, 5.0)]}})
+    assert [m.replica_id for m in snapshot_from_context(ghost).replicas] == ["a", "b"]
+
+    class Failing(SimpleNamespace):
+        @property
+        def raw_metrics(self) -> Any:
+            raise RuntimeError("lazy getter failed")
+
+    failing = Failing(**vars(fake_ctx()))
+    assert snapshot_from_context(failing).replicas[0].prefix_queries == 9000.0
+
+
 def test_policy_class_decides_and_filters_serve_state() -> None:
     policy = ServeScalingPolicy(policy="ttft-queue", config={"max_replicas": 8, "ttft_slo_s": 2.0})
     ctx = fake_ctx(policy_state={"__decision_counters": 3, "rate": 900.0})

@@ -115,6 +115,24 @@ def test_look_back_recorder_averages_per_replica_and_records() -> None:
     ]  # clamped to max; queue delay is the raw worst  # fmt: skip
 
 
+class _Arrived(_Echo):
+    def decide(self, s: MetricsSnapshot, _c: ScalingConfig, st: None) -> tuple[int, None]:
+        self.seen.append(s.replicas[0].arrived_prompt_tokens)
+        return 1, st
+
+
+def test_look_back_recorder_reads_counters_at_their_latest_value() -> None:
+    """A cumulative counter's window mean lags it by half the window and spreads a burst:
+    the recorder hands the policy the latest value, as the Serve adapter does."""
+    inner = _Arrived()
+    rec = LookBackRecorder(inner, look_back_s=2.0)
+    cfg = ScalingConfig(min_replicas=1, max_replicas=2)
+    for t, arrived in enumerate([0.0, 0.0, 9000.0]):
+        m = ReplicaMetrics("r0", busy_fraction=1.0, arrived_prompt_tokens=arrived)
+        rec.decide(MetricsSnapshot(float(t), 1, (m,)), cfg, rec.initial_state())
+    assert inner.seen == [0.0, 0.0, 9000.0]  # the mean would read 3000 at t = 2
+
+
 def test_variant_splits_config_fields_from_params() -> None:
     overrides = {"target_ongoing_requests": 2.0, "upscale_delay_s": 2.0}
     cfg = Variant("ongoing-requests", "x", overrides).scaling(1, 9)
