@@ -11,7 +11,8 @@ Use
 How Serve drives it (Ray 2.60): the controller instantiates ``ServeScalingPolicy(**policy_kwargs)``
 once and calls it with an ``AutoscalingContext`` every control-loop tick (~0.1 s). Replicas
 push ``record_autoscaling_stats()`` (``ReplicaStats.to_wire()``) every ``metrics_interval_s``;
-``ctx.aggregated_metrics[name][replica_id]`` is the mean over ``look_back_period_s``. Serve
+``ctx.aggregated_metrics[name][replica_id]`` is the mean over ``look_back_period_s`` (for
+cumulative counters the adapter takes the newest sample of ``ctx.raw_metrics``). Serve
 wraps the policy with its own factors and delays, so ``build_autoscaling_config`` sets
 ``upscale_delay_s = downscale_delay_s = 0`` for our policies (they own their hysteresis)
 and leaves Ray's default policy with Ray's delays for ``ongoing-requests``. With zero

@@ -1,7 +1,8 @@
 """Values that cross the autoscaler boundary. Pure: no Ray.
 
 Each replica reports a ``contracts.stats.ReplicaStats`` (on the wire through
-``record_autoscaling_stats()``, averaged by Serve over its look-back window); the Ray adapter
+``record_autoscaling_stats()``, averaged by Serve over its look-back window, cumulative
+counters taken at their latest value); the Ray adapter
 (or the virtual-time simulator, from the record directly) turns them into a
 ``MetricsSnapshot`` of ``ReplicaMetrics``; a policy's ``decide(snapshot, config, state) -> (desired_replicas, new_state)`` is pure and
 takes time only from ``snapshot.now``. A policy may also offer ``explain(snapshot, config,

@@ -266,7 +266,9 @@ def write_reach(out: Path, name: str, specs: list[RequestSpec], setup: SimSetup)
     r = reach(specs, rate, setup.startup_s, SLO_S, static)
     wake_s = pool_config(1, setup.hardware, setup.model, setup.tp).wake_s
     w = reach(specs, rate, wake_s, SLO_S, static)
-    seen_s = wake_s + setup.look_back_s / 2  # a burst is seen half a look-back late
+    # arrivals are read at their latest value (not the look-back mean): a burst is seen at
+    # the next decision, one tick late
+    seen_s = wake_s + setup.tick_s
     ws = reach(specs, rate, seen_s, SLO_S, static)
     path = out / "runs" / f"reach-{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -274,8 +276,7 @@ def write_reach(out: Path, name: str, specs: list[RequestSpec], setup: SimSetup)
             "line": reach_line(r, setup.startup_s), "wake_s": wake_s,
             "wake_attainment": w.attainment, "seen_attainment": ws.attainment,
             "wake_line": "with a warm pool, " + reach_line(w, wake_s, "wake")
-            + f"; seen through the {setup.look_back_s:g}-s look-back (+{setup.look_back_s / 2:g}"
-            f" s): {100 * ws.attainment:.2f} %"}  # fmt: skip
+            + f"; seen at the next decision (+{setup.tick_s:g} s): {100 * ws.attainment:.2f} %"}  # fmt: skip
     path.write_text(json.dumps(data) + "\n")
     print(f"sim {name}: {data['line']}\nsim {name}: {data['wake_line']}", flush=True)
 
