@@ -113,9 +113,9 @@ def latest_counters(ctx: Any) -> list[tuple[str, str, float]]:
     out = []
     for name in CUMULATIVE_FIELDS:
         for replica_id, series in (raw.get(name) or {}).items():
-            samples = [s for s in series or () if hasattr(s, "timestamp")]
-            if samples:
-                newest = max(samples, key=lambda s: s.timestamp)
+            samples = (s for s in series or () if hasattr(s, "timestamp"))
+            newest = max(samples, key=lambda s: s.timestamp, default=None)
+            if newest is not None:
                 out.append((_replica_key(replica_id), name, float(newest.value)))
     return out
 
