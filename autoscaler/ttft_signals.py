@@ -107,11 +107,13 @@ def track_growth(
     start, open_work = state.bin_start, state.bin_work
     first = state.prev_t is None
     arrived, requests, seen = arrived_work(snapshot, state.arrived, first, load.rate)
-    prompt_s = state.prompt_s
+    prompt_s, prompt_n = state.prompt_s, state.prompt_n
     if arrived is not None and requests > 0:  # mean prefill of one request, over ~PROMPT_N
         mean = arrived / requests
-        w = 1.0 - math.exp(-requests / PROMPT_N)
+        # the plain mean while fewer than ~PROMPT_N requests were counted, then the EWMA
+        w = max(1.0 - math.exp(-requests / PROMPT_N), requests / (prompt_n + requests))
         prompt_s = mean if prompt_s is None else prompt_s + w * (mean - prompt_s)
+        prompt_n = min(prompt_n + requests, PROMPT_N)
     if state.prev_t is not None and snapshot.now > state.prev_t:
         dt = snapshot.now - state.prev_t
         slope = (load.work_s - state.prev_work_s) / dt
@@ -139,6 +141,7 @@ def track_growth(
         rate=load.rate,
         arrived=seen,
         prompt_s=prompt_s,
+        prompt_n=prompt_n,
         prev_t=snapshot.now,
         prev_work_s=load.work_s,
         growth=growth,

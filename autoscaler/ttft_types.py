@@ -32,7 +32,9 @@ OWN_PREFILLS = 2.0  # then B = SLO - this x the mean prefill (a prompt twice the
 MIN_BUDGET = 0.25  # ... but at least this x SLO
 MAX_UTILIZATION = 0.9  # arrival-rate term: prefill utilisation going up at most this
 DOWN_RATIO = 0.55  # going down: under this x the up target (hysteresis)
-PROMPT_N = 200.0  # the mean prefill per request is an average over about this many requests
+PROMPT_N = 200.0  # the mean prefill per request: the plain mean of the first this many
+# requests, then an average over about this many (an EWMA started from one decision's few
+# requests kept most of their weight for minutes: heavy-tailed prompts made it 2x the mean)
 DOWN_QUEUE_FRACTION = 0.5  # down only if the backlog per replica stays under this x B
 DOWN_KV_USAGE = 0.75  # ... and KV usage per replica under this
 BLOCKED_FACTOR = 1.0  # a replica queued beyond this many budgets (+ 1 prefill) is blocked
@@ -69,6 +71,7 @@ class TTFTQueueState:
     # measured (ttft_measure)
     arrived: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)  # ttft_signals
     prompt_s: float | None = None  # mean uncached prefill time of one request, seconds
+    prompt_n: float = 0.0  # requests counted into ``prompt_s`` so far
     boot_samples: tuple[float, ...] = ()  # latest replica boot times, seconds
     boot_pending: tuple[float, int] | None = None  # (time of an up-move, its target)
     wake_samples: tuple[float, ...] = ()  # latest wake times of sleeping replicas, seconds

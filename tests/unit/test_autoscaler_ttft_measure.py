@@ -162,11 +162,36 @@ def test_decide_measures_the_mean_prefill_from_the_arrival_counters() -> None:
     _, state = POLICY.decide(snapshot(1.0, 1, [_counted(1e6 + 5000, 910)]), CFG, state)
     assert state.prompt_s == pytest.approx(0.5)
     assert derive(P, state, 2.0).budget == pytest.approx(1.0)
-    # then an average over ~PROMPT_N requests: 200 requests of 1.5 s weigh 1 - e^-1
+    # the plain mean of the first ~PROMPT_N requests: 200 requests of 1.5 s after those 10
     assert PROMPT_N == 200.0
     counted = _counted(1e6 + 5000 + 300_000, 1110)
     _, state = POLICY.decide(snapshot(2.0, 1, [counted]), CFG, state)
-    assert state.prompt_s == pytest.approx(0.5 + (1 - math.exp(-1)) * (1.5 - 0.5))
+    assert state.prompt_s == pytest.approx((10 * 0.5 + 200 * 1.5) / 210)
+    assert state.prompt_n == PROMPT_N
+    # then an average over ~PROMPT_N requests: 200 requests of 0.5 s weigh 1 - e^-1
+    before = state.prompt_s
+    counted = _counted(1e6 + 5000 + 300_000 + 100_000, 1310)
+    _, state = POLICY.decide(snapshot(3.0, 1, [counted]), CFG, state)
+    assert state.prompt_s == pytest.approx(before + (1 - math.exp(-1)) * (0.5 - before))
+
+
+def test_a_few_heavy_first_requests_do_not_set_the_mean_prefill_for_minutes() -> None:
+    # Heavy-tailed prompts: the first decision counts 2 requests of 2 s, then 1 request of
+    # 0.4 s a second. An EWMA started from the first 2 kept them at e^-(n/200) of its
+    # weight (0.74 after 60 requests: 0.4 + 0.74 x 1.6 = 1.58 s, a budget of
+    # max(0.5, 2 - 3.2) = 0.5 s instead of 1.2 s); the plain mean is what was seen.
+    state = S0
+    tokens, requests = 1e6, 900.0
+    _, state = POLICY.decide(snapshot(0.0, 1, [_counted(tokens, requests)]), CFG, state)
+    tokens, requests = tokens + 4000, requests + 2  # 2 s each at 1000 tok/s
+    _, state = POLICY.decide(snapshot(1.0, 1, [_counted(tokens, requests)]), CFG, state)
+    assert state.prompt_s == pytest.approx(2.0)
+    for k in range(60):
+        tokens, requests = tokens + 400, requests + 1
+        now = snapshot(2.0 + k, 1, [_counted(tokens, requests)])
+        _, state = POLICY.decide(now, CFG, state)
+    assert state.prompt_s == pytest.approx((2 * 2.0 + 60 * 0.4) / 62)
+    assert derive(P, state, 2.0).budget == pytest.approx(2.0 - 2 * (28.0 / 62))
 
 
 def test_prefix_cache_hits_do_not_count_as_prefill() -> None:
