@@ -12,7 +12,8 @@ How Serve drives it (Ray 2.60): the controller instantiates ``ServeScalingPolicy
 once and calls it with an ``AutoscalingContext`` every control-loop tick (~0.1 s). Replicas
 push ``record_autoscaling_stats()`` (``ReplicaStats.to_wire()``) every ``metrics_interval_s``;
 ``ctx.aggregated_metrics[name][replica_id]`` is the mean over ``look_back_period_s`` (for
-cumulative counters the adapter takes the newest sample of ``ctx.raw_metrics``). Serve
+cumulative counters the adapter takes the newest sample of ``ctx.raw_metrics``, for the
+backlog gauges the larger of that sample and the mean). Serve
 wraps the policy with its own factors and delays, so ``build_autoscaling_config`` sets
 ``upscale_delay_s = downscale_delay_s = 0`` for our policies (they own their hysteresis)
 and leaves Ray's default policy with Ray's delays for ``ongoing-requests``. With zero
@@ -60,7 +61,7 @@ from autoscaler.explain import explain
 from autoscaler.registry import POLICY_NAMES, check_params, make_policy
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, ScalingPolicy
 from contracts.metrics import Metric
-from contracts.stats import CUMULATIVE_FIELDS, from_wire
+from contracts.stats import BACKLOG_FIELDS, CUMULATIVE_FIELDS, from_wire
 
 if TYPE_CHECKING:
     from ray.serve.config import AutoscalingConfig
@@ -100,18 +101,19 @@ def _replica_key(replica_id: Any) -> str:
     return str(getattr(replica_id, "unique_id", replica_id))
 
 
-def latest_counters(ctx: Any) -> list[tuple[str, str, float]]:
-    """``(replica, counter, value)``: each cumulative counter (``CUMULATIVE_FIELDS``) at the
-    newest sample of Serve's raw series (``ctx.raw_metrics``), which the window mean in
-    ``aggregated_metrics`` would lag by half of ``look_back_period_s``. Empty where Serve
-    gives no raw series (the means are used then)."""
+def latest_samples(ctx: Any) -> list[tuple[str, str, float]]:
+    """``(replica, metric, value)``: each cumulative counter (``CUMULATIVE_FIELDS``) and
+    backlog gauge (``BACKLOG_FIELDS``) at the newest sample of Serve's raw series
+    (``ctx.raw_metrics``), which the window mean in ``aggregated_metrics`` would lag by half
+    of ``look_back_period_s``. Empty where Serve gives no raw series (the means are used
+    then)."""
     try:
         raw = getattr(ctx, "raw_metrics", None) or {}
     except Exception:  # a lazy Serve getter that fails: the means are used
         log.debug("raw metrics unavailable", exc_info=True)
         return []
     out = []
-    for name in CUMULATIVE_FIELDS:
+    for name in (*CUMULATIVE_FIELDS, *BACKLOG_FIELDS):
         for replica_id, series in (raw.get(name) or {}).items():
             samples = (s for s in series or () if hasattr(s, "timestamp"))
             newest = max(samples, key=lambda s: s.timestamp, default=None)
@@ -124,16 +126,20 @@ def snapshot_from_context(ctx: Any) -> MetricsSnapshot:
     """``AutoscalingContext`` → ``MetricsSnapshot`` (metric-major → replica-major).
 
     Per replica: the ``ReplicaStats`` wire keys (window means; the cumulative counters at
-    their latest reported value, ``latest_counters``) decoded with ``from_wire(strict=False)``
+    their latest reported value, the backlog gauges at the larger of that and their mean:
+    ``latest_samples``, ``contracts.stats``) decoded with ``from_wire(strict=False)``
     (a bad report is logged and counted, and reads as neutral); ``ongoing`` is Serve's
     ``running_requests`` when reported, else the engine's count."""
     per_replica: dict[str, dict[str, float]] = {}
     for name, values in (ctx.aggregated_metrics or {}).items():
         for replica_id, value in values.items():
             per_replica.setdefault(_replica_key(replica_id), {})[name] = float(value)
-    for rid, name, value in latest_counters(ctx):
-        if rid in per_replica:
-            per_replica[rid][name] = value
+    for rid, name, value in latest_samples(ctx):
+        wire = per_replica.get(rid)
+        if wire is not None and name in BACKLOG_FIELDS:
+            wire[name] = max(value, wire.get(name, value))
+        elif wire is not None:
+            wire[name] = value
     replicas = []
     for rid, wire in sorted(per_replica.items()):
         ray_ongoing = wire.pop(RAY_RUNNING_REQUESTS_KEY, None)

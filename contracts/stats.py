@@ -114,6 +114,12 @@ CUMULATIVE_FIELDS: tuple[str, ...] = (
     "num_preemptions",
     "steps",
 )
+# Backlog gauges: such a consumer reads these at the larger of their latest value and the
+# window mean. A growing queue is seen at its length now (the mean lags it by half the
+# window, so a burst's queue looked half as long as it was); a draining one at its recent
+# mean, so a queue that empties for a moment does not read as none (fast attack, slow
+# release: reading them raw both ways made the fleet follow every transient queue).
+BACKLOG_FIELDS: tuple[str, ...] = ("queue_delay_s", "waiting_prefill_tokens")
 UNKNOWN = ReplicaStats(reported=False)
 UNREPORTED = ReplicaStats(reported=False)
 

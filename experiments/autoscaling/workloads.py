@@ -6,7 +6,8 @@
   trace replay ask for the same kind of work.
 - ``LookBackRecorder``: wraps a pure ``ScalingPolicy`` the way Ray Serve feeds a policy —
   each replica's metrics averaged over ``look_back_s`` (Ray's ``look_back_period_s``), its
-  cumulative counters at their latest value (our Serve adapter reads them raw) — and
+  cumulative counters at their latest value and its backlog gauges at the larger of that
+  and the mean (as our Serve adapter reads them from Serve's raw series) — and
   records one ``Sample`` per decision (replicas after the decision, worst queue delay).
   Without the window a baseline sees raw 1-s samples; the simulator's busy fraction, which
   accrues only when a (possibly > 1 s) step ends, then flips 0 ↔ 1 and resets Ray-style
@@ -25,7 +26,7 @@ from typing import Any
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig, ScalingPolicy
 from bench.tokens import TokenSource
 from bench.types import RequestSpec
-from contracts.stats import CUMULATIVE_FIELDS
+from contracts.stats import BACKLOG_FIELDS, CUMULATIVE_FIELDS
 from experiments.autoscaling.metrics import Sample
 from experiments.traces import AZURE_TRACE
 
@@ -92,11 +93,14 @@ _AVERAGED = tuple(k for k in _FIELDS if k not in CUMULATIVE_FIELDS)
 
 
 def average_metrics(window: list[ReplicaMetrics]) -> ReplicaMetrics:
-    """The replica's metrics as Serve hands them to a policy: gauges averaged over the
-    window, cumulative counters at their latest value (``serve_autoscaling.latest_counters``)."""
+    """The replica's metrics as our Serve adapter hands them to a policy: gauges averaged
+    over the window, cumulative counters at their latest value, backlog gauges at the
+    larger of the two (``serve_autoscaling.latest_samples``)."""
     n = len(window)
     means = {k: sum(getattr(m, k) for m in window) / n for k in _AVERAGED}
     latest = {k: getattr(window[-1], k) for k in _LATEST}
+    for k in BACKLOG_FIELDS:
+        means[k] = max(means[k], getattr(window[-1], k))
     return ReplicaMetrics(window[-1].replica_id, **means, **latest)
 
 

@@ -108,12 +108,17 @@ def test_context_edge_cases() -> None:
 
 def test_counters_are_read_at_their_latest_raw_sample() -> None:
     """Serve's window mean of a cumulative counter lags it; the adapter takes the newest raw
-    sample for counters (``CUMULATIVE_FIELDS``) and the means for everything else."""
+    sample for counters (``CUMULATIVE_FIELDS``), the larger of it and the mean for backlog
+    gauges (``BACKLOG_FIELDS``) and the means for everything else."""
     at = lambda t, v: SimpleNamespace(timestamp=t, value=v)  # noqa: E731 - TimeStampedValue
     raw = {
         "arrived_prompt_tokens": {A: [at(998.0, 0.0), at(999.5, 9000.0), at(999.0, 4000.0)]},
         "prefix_queries": {A: [at(999.5, 9500.0)], B: []},
         "kv_usage": {A: [at(999.5, 0.9)]},  # a gauge: the mean stays
+        # backlog gauges: the larger of the newest sample and the mean (A's mean: 5.6 s,
+        # 5600 tokens; B's: 0)
+        "queue_delay_s": {A: [at(999.5, 2.0), at(998.0, 9.0)], B: [at(999.5, 1.5)]},
+        "waiting_prefill_tokens": {A: [at(999.5, 8000.0)], B: [at(999.0, 0.0)]},
     }
     s = snapshot_from_context(fake_ctx(raw_metrics=raw))
     a, b = s.replicas
@@ -121,6 +126,8 @@ def test_counters_are_read_at_their_latest_raw_sample() -> None:
     assert a.prefix_queries == 9500.0
     assert b.prefix_queries == 100.0  # no raw sample: the mean
     assert a.kv_usage == 0.5
+    assert (a.queue_delay_s, b.queue_delay_s) == (5.6, 1.5)  # draining: the mean; growing: now
+    assert (a.waiting_prefill_tokens, b.waiting_prefill_tokens) == (8000.0, 0.0)
     ghost = fake_ctx(raw_metrics={"arrived_requests": {FakeReplicaID("gone"): [at(1.0, 5.0)]}})
     assert [m.replica_id for m in snapshot_from_context(ghost).replicas] == ["a", "b"]
 

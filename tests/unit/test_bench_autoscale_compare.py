@@ -21,7 +21,13 @@ from experiments.autoscaling.metrics import (
 )
 from experiments.autoscaling.plot import ttft_buckets
 from experiments.autoscaling.report import pick_best
-from experiments.autoscaling.workloads import LookBackRecorder, StepLoad, step_arrivals, step_specs
+from experiments.autoscaling.workloads import (
+    LookBackRecorder,
+    StepLoad,
+    average_metrics,
+    step_arrivals,
+    step_specs,
+)
 
 
 def _samples(counts: list[int], dt: float = 1.0) -> list[Sample]:
@@ -131,6 +137,16 @@ def test_look_back_recorder_reads_counters_at_their_latest_value() -> None:
         m = ReplicaMetrics("r0", busy_fraction=1.0, arrived_prompt_tokens=arrived)
         rec.decide(MetricsSnapshot(float(t), 1, (m,)), cfg, rec.initial_state())
     assert inner.seen == [0.0, 0.0, 9000.0]  # the mean would read 3000 at t = 2
+
+
+def test_look_back_recorder_reads_a_growing_backlog_now_and_a_draining_one_as_its_mean() -> None:
+    window = [ReplicaMetrics("r0", queue_delay_s=q, waiting_prefill_tokens=10 * q, kv_usage=q / 8)
+              for q in (0.0, 1.0, 5.0)]  # fmt: skip
+    growing = average_metrics(window)
+    assert (growing.queue_delay_s, growing.waiting_prefill_tokens) == (5.0, 50.0)
+    assert growing.kv_usage == pytest.approx(0.25)  # other gauges: the window mean
+    draining = average_metrics(window[::-1])
+    assert (draining.queue_delay_s, draining.waiting_prefill_tokens) == (2.0, 20.0)
 
 
 def test_variant_splits_config_fields_from_params() -> None:
