@@ -136,10 +136,9 @@ def snapshot_from_context(ctx: Any) -> MetricsSnapshot:
             per_replica.setdefault(_replica_key(replica_id), {})[name] = float(value)
     for rid, name, value in latest_samples(ctx):
         wire = per_replica.get(rid)
-        if wire is not None and name in BACKLOG_FIELDS:
-            wire[name] = max(value, wire.get(name, value))
-        elif wire is not None:
-            wire[name] = value
+        if wire is None:  # a replica Serve no longer aggregates
+            continue
+        wire[name] = max(value, wire.get(name, value)) if name in BACKLOG_FIELDS else value
     replicas = []
     for rid, wire in sorted(per_replica.items()):
         ray_ongoing = wire.pop(RAY_RUNNING_REQUESTS_KEY, None)

@@ -71,7 +71,7 @@ class TTFTQueueState:
     # measured (ttft_measure)
     arrived: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)  # ttft_signals
     prompt_s: float | None = None  # mean uncached prefill time of one request, seconds
-    prompt_n: float = 0.0  # requests counted into ``prompt_s`` so far
+    prompt_n: float = 0.0  # requests counted into ``prompt_s`` so far, up to ``PROMPT_N``
     boot_samples: tuple[float, ...] = ()  # latest replica boot times, seconds
     boot_pending: tuple[float, int] | None = None  # (time of an up-move, its target)
     wake_samples: tuple[float, ...] = ()  # latest wake times of sleeping replicas, seconds
