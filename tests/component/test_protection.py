@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from cluster.keys import KeyLimits, add_key
+from experiments.chaos.overload import burst
 from tests.serve_fixtures import TEST_URL, delete_app, deploy_app, session_processes
 
 pytestmark = [pytest.mark.component]
@@ -194,6 +195,11 @@ async def _one(c: httpx.AsyncClient, max_tokens: int = 200) -> tuple[int, float,
 
 
 async def test_overload_is_shed_before_the_200(guarded_app: None) -> None:
+    """100 streams at once: at most 16 200s, the rest a 429 in < 1 s. The ingress decides a
+    429 in milliseconds, before reading the body; in a burst of 100 from one client most of
+    a 429's time is the path every answer takes (this client, Serve's proxy, the ingress's
+    event loop). ``python -m experiments.chaos.overload`` measures both side by side; a
+    failure here measures the path again and says how long it took."""
     before = _ingress_rss()
     busy = _busy_processes()
     limits = httpx.Limits(max_connections=200)
@@ -205,10 +211,15 @@ async def test_overload_is_shed_before_the_200(guarded_app: None) -> None:
     shed = [r for r in results if r[0] != 200]
     assert len(ok) <= 16, sorted((round(t, 2), code) for code, t, _ in results)
     assert all(code == 429 and retry for code, _, retry in shed), shed[:3]
-    assert max(took for _, took, _ in shed) < 1.0, (
-        f"{sorted(round(t, 2) for _, t, _ in results)}; "
-        f"load {os.getloadavg()}; busiest before the burst {busy}"
-    )
+    slowest = max(took for _, took, _ in shed)
+    if slowest >= 1.0:  # say how long any answer took in such a burst on this machine now
+        floor = await burst(TEST_URL, "floor", 100, headers=_auth("admin"))
+        pytest.fail(
+            f"slowest 429 {slowest:.2f} s (< 1 s expected): "
+            f"{sorted(round(t, 2) for _, t, _ in results)}; the same burst of GET /v1/models "
+            f"(no work behind it) took up to {max(t for _, t in floor):.2f} s; "
+            f"load {os.getloadavg()}; busiest before the burst {busy}"
+        )
     assert _ingress_rss() - before < 50 << 20
     await asyncio.sleep(2.5)  # > one status report period: every replica idle again
     rows = httpx.get(f"{TEST_URL}/fleet/status", headers=_auth("admin"), timeout=30).json()
