@@ -31,7 +31,9 @@ import httpx
 MODEL = "smollm2-135m-instruct"
 
 
-def fleet_config(ingress: str, port: int, metrics_port: int) -> dict[str, Any]:
+def fleet_config(ingress: str = "proxy", **server: Any) -> dict[str, Any]:
+    """The shedding test's fleet (``tests/component/test_protection.py`` deploys it too):
+    2 simulated replicas × 4 slots, 8 queued at the one ingress; ``server`` adds settings."""
     return {
         "engine": {"type": "sim", "sim": {"speed": 1.0}},
         "replicas": {
@@ -41,12 +43,7 @@ def fleet_config(ingress: str, port: int, metrics_port: int) -> dict[str, Any]:
             "max_queued_requests": 8,
         },
         "routing": {"policy": "prefix", "stats_period_s": 0.2},
-        "server": {
-            "ingress_replicas": 1,
-            "ingress": ingress,
-            "port": port,
-            "metrics_export_port": metrics_port,
-        },
+        "server": {"ingress_replicas": 1, "ingress": ingress, **server},
     }
 
 
@@ -65,12 +62,15 @@ async def _timed(c: httpx.AsyncClient, kind: str) -> tuple[int, float]:
 
 
 async def burst(
-    url: str, kind: str, n: int, headers: dict[str, str] | None = None
+    url: str, kind: str, n: int, headers: dict[str, str] | None = None, warm: bool = False
 ) -> list[tuple[int, float]]:
     """``n`` requests of ``kind`` at once from one client: (status, seconds to the status
-    line)."""
-    limits = httpx.Limits(max_connections=2 * n)
+    line). ``warm``: the ``n`` connections are opened first (with a ``GET /v1/models`` each),
+    so that the requests reach the server together instead of as each connection opens."""
+    limits = httpx.Limits(max_connections=2 * n, max_keepalive_connections=2 * n)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60, limits=limits) as c:
+        if warm:
+            await asyncio.gather(*[c.get("/v1/models") for _ in range(n)])
         return list(await asyncio.gather(*[_timed(c, kind) for _ in range(n)]))
 
 
@@ -135,12 +135,14 @@ def table(rows: list[dict[str, Any]], s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def rounds(url: str, n: int, burst_size: int, pause_s: float) -> list[dict[str, Any]]:
+async def rounds(
+    url: str, n: int, burst_size: int, pause_s: float, warm: bool
+) -> list[dict[str, Any]]:
     rows = []
     for i in range(n):
-        floor = await burst(url, "floor", burst_size)
+        floor = await burst(url, "floor", burst_size, warm=warm)
         await asyncio.sleep(1.0)
-        over = await burst(url, "overload", burst_size)  # returns once every stream ended
+        over = await burst(url, "overload", burst_size, warm=warm)  # once every stream ended
         rows.append(round_row(floor, over))
         print(f"round {i + 1}: {rows[-1]}", flush=True)
         await asyncio.sleep(pause_s)  # > one status report period: every slot free again
@@ -152,22 +154,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ingress", choices=("proxy", "direct"), default="proxy")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--burst", type=int, default=100)
+    p.add_argument(
+        "--warm", action="store_true", help="open the connections first: requests arrive together"
+    )
     p.add_argument("--port", type=int, default=8160)
     p.add_argument("--metrics-port", type=int, default=18160)
-    p.add_argument("--out", type=Path, default=None, help="default results/overload-INGRESS.json")
+    p.add_argument(
+        "--out", type=Path, default=None, help="default results/overload-INGRESS[-warm].json"
+    )
     args = p.parse_args(argv)
-    out = args.out or Path(f"results/overload-{args.ingress}.json")
+    out = args.out or Path(f"results/overload-{args.ingress}{'-warm' if args.warm else ''}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     from cluster.config import parse_config
     from cluster.runtime import deploy, start_ray, stop, wait_ready
 
-    cfg = parse_config(fleet_config(args.ingress, args.port, args.metrics_port))
+    cfg = parse_config(
+        fleet_config(args.ingress, port=args.port, metrics_export_port=args.metrics_port)
+    )
     start_ray(cfg)
     try:
         url = deploy(cfg)
         wait_ready(url, timeout_s=300)
         asyncio.run(burst(url, "floor", 8))  # first connections and code paths
-        rows = asyncio.run(rounds(url, args.rounds, args.burst, 2.5))
+        rows = asyncio.run(rounds(url, args.rounds, args.burst, 2.5, args.warm))
     finally:
         stop()
     summary = summarize(rows)
