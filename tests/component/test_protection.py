@@ -198,7 +198,7 @@ async def test_overload_is_shed_before_the_200(guarded_app: None) -> None:
         results = await asyncio.gather(*[_one(c) for _ in range(100)])
     ok = [r for r in results if r[0] == 200]
     shed = [r for r in results if r[0] != 200]
-    assert len(ok) <= 16, sorted((round(t, 2), code) for code, t, _, _ in results)
+    assert 0 < len(ok) <= 16, sorted((round(t, 2), code) for code, t, _, _ in results)
     assert all(code == 429 and retry for code, _, retry, _ in shed), shed[:3]
     slowest = max(took for _, took, _, _ in shed)
     slot_freed = min(end for _, _, _, end in ok)
