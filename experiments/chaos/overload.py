@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-MODEL = "smollm2-135m-instruct"
+from replicas.model_prep import DEFAULT_MODEL
 
 
 def fleet_config(ingress: str = "proxy", **server: Any) -> dict[str, Any]:
@@ -52,7 +52,7 @@ async def _timed(c: httpx.AsyncClient, kind: str) -> tuple[int, float]:
     if kind == "floor":
         r = await c.get("/v1/models")
         return r.status_code, time.monotonic() - t0
-    body = {"model": MODEL, "prompt": "hello there", "max_tokens": 200, "stream": True,
+    body = {"model": DEFAULT_MODEL, "prompt": "hello there", "max_tokens": 200, "stream": True,
             "ignore_eos": True}  # fmt: skip
     async with c.stream("POST", "/v1/completions", json=body) as r:
         took = time.monotonic() - t0
@@ -67,7 +67,8 @@ async def burst(
     """``n`` requests of ``kind`` at once from one client: (status, seconds to the status
     line). ``warm``: the ``n`` connections are opened first (with a ``GET /v1/models`` each),
     so that the requests reach the server together instead of as each connection opens."""
-    limits = httpx.Limits(max_connections=2 * n, max_keepalive_connections=2 * n)
+    keep = 2 * n if warm else 20  # httpx's default unless the opened connections must stay
+    limits = httpx.Limits(max_connections=2 * n, max_keepalive_connections=keep)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60, limits=limits) as c:
         if warm:
             await asyncio.gather(*[c.get("/v1/models") for _ in range(n)])
