@@ -174,16 +174,34 @@ def _add_up(sub: Any) -> None:
     p.set_defaults(func=cmd_up)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="llmfleet", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_up(sub)
+def _add_status(sub: Any) -> None:
     sub.add_parser("status", help="replicas, queue depth and KV usage").set_defaults(
         func=cmd_status
     )
+
+
+def _add_down(sub: Any) -> None:
     p = sub.add_parser("down", help="stop what `up` started (also after a crash)")
     p.add_argument("--timeout", type=float, default=60.0)
     p.set_defaults(func=cmd_down)
+
+
+# Commands an operator runs often (and scripts poll) that need none of the other commands'
+# modules: `main` parses them without importing Ray, matplotlib or the load generator, so
+# `llmfleet status` answers in well under a second instead of ~4 s on a small machine.
+_LIGHT = {"status": _add_status, "down": _add_down}
+
+
+def _parser() -> tuple[argparse.ArgumentParser, Any]:
+    parser = argparse.ArgumentParser(prog="llmfleet", description=__doc__)
+    return parser, parser.add_subparsers(dest="command", required=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser, sub = _parser()
+    _add_up(sub)
+    _add_status(sub)
+    _add_down(sub)
     p = sub.add_parser("prepare-model", help="convert the default model once (no hub)")
     p.set_defaults(func=lambda _args: __import__("replicas.model_prep", fromlist=["main"]).main([]))
     _add_bench(sub)
@@ -344,7 +362,13 @@ def _add_observe(sub: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in _LIGHT:
+        parser, sub = _parser()
+        _LIGHT[argv[0]](sub)
+    else:
+        parser = build_parser()
+    args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 
 
