@@ -6,7 +6,8 @@ good, some slow, some refused); then
 - every panel query of every committed dashboard (variables substituted) returns a
   non-empty, finite result;
 - the overview's goodput panel agrees with the load generator's own attainment within
-  2 points;
+  2 points (beyond what Serve's proxy hop, measured during the run, can explain: see
+  ``test_goodput_panel_agrees_with_the_load_generator``);
 - the generated alert rules load into that Prometheus and evaluate without error.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,6 +80,40 @@ def run_bench(out: Path) -> dict[str, Any]:
     return dict(json.loads(out.read_text()))
 
 
+class ProxyHopProbe:
+    """Times ``GET /v1/models`` through Serve's proxy every 0.2 s while the load runs: a
+    round trip client -> proxy -> ingress -> proxy -> client that does no model work, so its
+    time is what the proxy hop (and the machine's contention) adds to any request. The edge
+    starts a request's clock in the ingress handler, so a client's TTFT is the edge's plus
+    such a round trip. Bounded: at most 1,000 probes, and it stops with the load."""
+
+    def __init__(self, period_s: float = 0.2, limit: int = 1000) -> None:
+        self.period_s, self.limit = period_s, limit
+        self.latencies: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hop-probe", daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=10.0) as client:
+            while not self._stop.is_set() and len(self.latencies) < self.limit:
+                t0 = time.monotonic()
+                try:
+                    client.get(f"{TEST_URL}/v1/models").raise_for_status()
+                except httpx.HTTPError:
+                    pass  # a missed probe only narrows the allowance
+                else:
+                    self.latencies.append(time.monotonic() - t0)
+                self._stop.wait(self.period_s)
+
+    def __enter__(self) -> ProxyHopProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15.0)
+
+
 @pytest.fixture(scope="module")
 def live(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("observe")
@@ -93,7 +129,8 @@ def live(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         _wait_for_zero_series(prom)
         before = _by_outcome(prom)  # (Ray's agent keeps exporting a gone actor's last values)
         start = time.time()
-        result = run_bench(tmp / "bench.json")
+        with ProxyHopProbe() as hop:
+            result = run_bench(tmp / "bench.json")
         sent = result["requests"]["total"]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # Ray exports ~every 10 s; scrape every 1 s
@@ -104,6 +141,10 @@ def live(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield {
             "prom": prom,
             "bench": result,
+            "records": [
+                json.loads(line) for line in (tmp / "bench.jsonl").read_text().splitlines()
+            ],
+            "hops_s": list(hop.latencies),
             "start": start,
             "end": time.time(),
             "outcomes": _delta(_by_outcome(prom), before),
@@ -235,6 +276,27 @@ def _query_recent(prom: PrometheusServer, q: str, at: float) -> list[dict[str, A
     return []
 
 
+def _client_outcomes(records: list[dict[str, Any]], ttft_slo_s: float) -> dict[str, int]:
+    """The load generator's requests by the edge's outcome names, judged on the client's own
+    timings against a TTFT limit of ``ttft_slo_s``."""
+    from contracts.outcomes import classify
+
+    out: dict[str, int] = {}
+    for r in records:
+        error = r.get("error")
+        status = int(error[5:]) if error and error.startswith("http_") else (500 if error else 200)
+        outcome = classify(
+            status=status,
+            ttft_s=r["ttft_s"],
+            e2e_s=r["e2e_s"],
+            output_tokens=r["output_tokens"],
+            ttft_slo_s=ttft_slo_s,
+            tpot_slo_s=SLO["tpot_s"],
+        )
+        out[outcome] = out.get(outcome, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def test_goodput_panel_agrees_with_the_load_generator(live: dict[str, Any]) -> None:
     from cluster.observe.dashboards import DEFAULT_VALUES, panel_queries, substitute
 
@@ -248,8 +310,23 @@ def test_goodput_panel_agrees_with_the_load_generator(live: dict[str, Any]) -> N
     panel = float(got[0]["value"][1])
     panel = panel / 100 if panel > 1.0 else panel  # a percent panel
     bench = live["bench"]["goodput"]["attainment"]
-    print(f"goodput panel {panel:.4f} vs load generator {bench:.4f}")
-    assert abs(panel - bench) <= 0.02, f"panel {panel:.3f} vs load generator {bench:.3f}"
+    n = len(live["records"])
+    client = _client_outcomes(live["records"], SLO["ttft_s"])
+    assert client.get("good", 0) / n == pytest.approx(bench), (client, bench)
+    # The edge's TTFT starts in the ingress handler: the client's adds a round trip through
+    # Serve's proxy (and the client's own event loop). A request the client saw over the TTFT
+    # limit by less than the slowest such round trip measured during the load may have been
+    # good at the edge: the panel may read higher by those requests, not lower.
+    hop = max(live["hops_s"], default=0.0)
+    relaxed = _client_outcomes(live["records"], SLO["ttft_s"] + hop).get("good", 0) / n
+    edge = {k: round(v) for k, v in sorted(live["outcomes"].items()) if v}
+    detail = (
+        f"panel {panel:.3f}, load generator {bench:.3f} ({relaxed:.3f} with the TTFT limit "
+        f"+{hop * 1000:.0f} ms: the slowest of {len(live['hops_s'])} proxy round trips timed "
+        f"during the load); requests by outcome at the edge {edge}, at the client {client}"
+    )
+    print(detail)
+    assert bench - 0.02 <= panel <= relaxed + 0.02, detail
 
 
 def test_alert_rules_load_and_evaluate(live: dict[str, Any]) -> None:
