@@ -12,6 +12,11 @@ Found by fuzzing (``tests/e2e/test_fuzz.py``) against vLLM 0.32:
   calls ``.get`` on it.
 - a chat message's ``tool_calls`` neither an array nor null (a number, a boolean):
   ``ChatCompletionRequest``'s message normaliser calls ``list()`` on it.
+- an integer parameter beyond 64 bits (``stream_interval``, ``top_k``, ``priority``,
+  ``stop_token_ids``' items, ...): the request models bound few of them above, so the value
+  reaches ``SamplingParams``, and the engine client's msgpack encoder
+  (``vllm.v1.serial_utils.MsgpackEncoder``) raises ``OverflowError``: the stream ends with
+  "generation failed". Checked on every top-level field, alone or as a list of integers.
 
 A check lives here only while the pinned vLLM misses it: each names the vLLM code it covers,
 so an upgrade can drop it once the fuzz test passes without it.
@@ -49,9 +54,20 @@ def message_tool_calls_are_arrays(body: dict[str, Any]) -> None:
                 raise _invalid(f"messages[{i}].tool_calls", "must be an array or null")
 
 
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def integers_fit_64_bits(body: dict[str, Any]) -> None:
+    for key, value in body.items():
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if type(item) is int and not INT64[0] <= item <= INT64[1]:  # bool is not checked
+                raise _invalid(key, "must be an integer that fits in 64 bits")
+
+
 CHECKS: dict[str, tuple[Callable[[dict[str, Any]], None], ...]] = {
-    CHAT: (structured_outputs_is_object, message_tool_calls_are_arrays),
-    COMPLETIONS: (structured_outputs_is_object,),
+    CHAT: (structured_outputs_is_object, message_tool_calls_are_arrays, integers_fit_64_bits),
+    COMPLETIONS: (structured_outputs_is_object, integers_fit_64_bits),
 }
 
 

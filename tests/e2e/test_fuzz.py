@@ -222,8 +222,19 @@ def test_fuzz_counts_and_fleet_is_idle(vllm_app: str) -> None:
         {"seed": 2**63},
         {"seed": -(2**63) - 1},
         {"n": 10**9},
+        {"stream_interval": 2**70},  # found by the fuzz: a 500 before request_checks
+        {"top_k": 2**64},
     ],
-    ids=["stop-empty-item", "stop-empty", "seed-2^64", "seed-2^63", "seed-below-int64", "n-huge"],
+    ids=[
+        "stop-empty-item",
+        "stop-empty",
+        "seed-2^64",
+        "seed-2^63",
+        "seed-below-int64",
+        "n-huge",
+        "stream_interval-2^70",
+        "top_k-2^64",
+    ],
 )
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 def test_out_of_range_values_are_client_errors(

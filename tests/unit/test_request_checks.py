@@ -39,9 +39,27 @@ def test_message_tool_calls_must_be_an_array(value: Any) -> None:
     assert (info.value.status, info.value.param) == (400, "messages[1].tool_calls")
 
 
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("stream_interval", 5630167296171974218685322625024),  # the fuzz's case
+        ("top_k", 2**63),
+        ("priority", -(2**63) - 1),
+        ("stop_token_ids", [1, 2**64]),
+    ],
+)
+def test_integers_beyond_64_bits_are_refused(path: str, field: str, value: Any) -> None:
+    with pytest.raises(APIError) as info:
+        check_body(path, {"model": "m", "messages": MSG, "prompt": "hi", field: value})
+    assert (info.value.status, info.value.param, info.value.code) == (400, field, "invalid_value")
+
+
 @pytest.mark.parametrize(
     ("path", "body"),
     [
+        (CHAT, {"messages": MSG, "stream_interval": 2**63 - 1, "priority": -(2**63)}),
+        (COMPLETIONS, {"prompt": [1, 2], "stop_token_ids": [2**63 - 1], "echo": True}),
         (CHAT, {"messages": MSG, "structured_outputs": None}),
         (CHAT, {"messages": MSG, "structured_outputs": {"regex": "[a-z]+"}}),
         (CHAT, {"messages": [{"role": "assistant", "tool_calls": []}, "not a message"]}),
@@ -74,3 +92,10 @@ def test_the_checked_shapes_still_crash_vllms_request_model() -> None:
         chat.ChatCompletionRequest.model_validate(
             {"model": "m", "messages": [{"role": "assistant", "content": "", "tool_calls": 5}]}
         )
+    serial = pytest.importorskip("vllm.v1.serial_utils")
+    request = chat.ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": MSG, "stream_interval": 2**70}
+    )  # the request model lets it through ...
+    params = request.to_sampling_params(16, {})
+    with pytest.raises(OverflowError):  # ... and the engine client cannot send it
+        serial.MsgpackEncoder().encode(params)
