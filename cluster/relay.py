@@ -188,6 +188,11 @@ class Relay:
                         self.ledger.done(request_id)
                 async with asyncio.timeout(self.s.request_timeout_s):
                     head = await call.__anext__()
+            except asyncio.CancelledError:
+                # the client went away: cancel the replica's call whether or not Serve does
+                # (cancelling twice is harmless), or it runs to its end for nobody
+                call.cancel()
+                raise
             except APIError:
                 call.cancel()
                 raise

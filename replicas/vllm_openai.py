@@ -31,6 +31,7 @@ from contracts.http import JSON, SSE, ForwardedRequest, ResponseHead
 from replicas.conform import conform_json_body, conform_sse
 
 _DONE = object()
+DISCONNECT_GRACE_S = 1.0  # how long the app may take to end by itself once told the client left
 
 
 def server_namespace(argv: list[str]) -> Any:
@@ -104,10 +105,17 @@ class VLLMOpenAI:
                 yield item
         finally:
             if not task.done():
+                # Tell the app first: vLLM's handlers watch for the disconnect in a task of
+                # their own and then cancel the handler, which aborts the engine request.
+                # Cancelling the app at once would end only that watch (``with_cancellation``
+                # awaits ``asyncio.wait``), and a non-streamed request ran on to its end.
                 gone.set()
-                task.cancel()
                 with contextlib.suppress(BaseException):
-                    await task
+                    await asyncio.wait_for(asyncio.shield(task), DISCONNECT_GRACE_S)
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
 
     async def _responses(
         self, queue: asyncio.Queue[Any], task: asyncio.Task[Any]

@@ -194,6 +194,49 @@ def test_client_disconnect_aborts_engine_request(vllm_app: str) -> None:
     assert freed_after < 1.0, f"slot freed only after {freed_after:.2f} s"
 
 
+@pytest.mark.parametrize("n", [1, 4])
+def test_client_disconnect_aborts_a_non_streamed_request(vllm_app: str, n: int) -> None:
+    """A non-streamed request whose client leaves frees its slots at once. It used to run to
+    its end: vLLM's handler watches for the disconnect in a task of its own, and the replica
+    cancelled vLLM's app before that watch could see it (``replicas/vllm_openai.py``)."""
+    import threading
+
+    body = {
+        "model": vllm_app,
+        "prompt": "Count: 1, 2, 3,",
+        "max_tokens": 1000,
+        "ignore_eos": True,
+        "n": n,
+    }
+    outcome: list[BaseException | int] = []
+
+    def post_and_give_up() -> None:
+        try:  # the read timeout is the client leaving
+            r = httpx.post(
+                f"{TEST_URL}/v1/completions", json=body, timeout=httpx.Timeout(10.0, read=3.0)
+            )
+            outcome.append(r.status_code)
+        except httpx.ReadTimeout as err:
+            outcome.append(err)
+
+    client = threading.Thread(target=post_and_give_up)
+    client.start()
+    held = 0
+    while client.is_alive() and held < n:
+        held = _running()
+        time.sleep(0.05)
+    client.join()
+    assert held == n, f"the request held {held} slots, not {n}"
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], httpx.ReadTimeout), outcome  # 1,000 tokens take longer
+    closed = time.monotonic()
+    while _running() != 0 and time.monotonic() - closed < 10:
+        time.sleep(0.05)
+    freed_after = time.monotonic() - closed
+    assert _running() == 0, "the abandoned request still holds its slots"
+    assert freed_after < 1.5, f"slots freed only after {freed_after:.2f} s"
+
+
 def test_concurrent_requests_all_complete(client: openai.OpenAI, vllm_app: str) -> None:
     import concurrent.futures as cf
 

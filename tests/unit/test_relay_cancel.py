@@ -1,0 +1,97 @@
+"""A client that goes away cancels the ingress's call to the replica, wherever it waits.
+
+``Relay.start`` cancels its replica call when its caller (the ingress handler) is cancelled,
+as ``collect`` and ``stream`` already did when they end, whether or not Serve propagates
+the cancellation itself. The engine side of the same path (vLLM aborting a non-streamed
+request whose client left) is tested against the real engine in
+``tests/e2e/test_vllm_serving.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from cluster.breaker import CircuitBreaker
+from cluster.relay import Relay, RelaySettings
+from contracts.http import Accepted, ResponseHead
+
+
+class _Call:
+    """A streaming handle call that yields ``items`` and then waits forever."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = list(items)
+        self.cancelled = False
+
+    def __aiter__(self) -> _Call:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self.items:
+            return self.items.pop(0)
+        await asyncio.Event().wait()  # the replica is still working (or the slot is busy)
+        raise AssertionError("unreachable")
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _Handle:
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+        self.calls: list[_Call] = []
+        self.handle = self
+
+    def options(self, **_: Any) -> _Handle:
+        return self
+
+    def remote(self, _payload: dict[str, Any]) -> _Call:
+        call = _Call(self.items)
+        self.calls.append(call)
+        return call
+
+
+async def _healthy() -> bool:
+    return True
+
+
+def _relay(handle: _Handle) -> Relay:
+    return Relay(handle, RelaySettings(), CircuitBreaker(threshold=3), _healthy)
+
+
+@pytest.mark.parametrize(
+    ("items", "where"),
+    [
+        ([Accepted("r1")], "accepted, waiting for the head (a non-streamed answer)"),
+        ([], "waiting for a replica slot"),
+    ],
+)
+def test_a_cancelled_start_cancels_the_replica_call(items: list[Any], where: str) -> None:
+    handle = _Handle(items)
+    relay = _relay(handle)
+
+    async def run() -> None:
+        task = asyncio.create_task(relay.start({}))
+        await asyncio.sleep(0.05)
+        assert not task.done(), where
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    assert [c.cancelled for c in handle.calls] == [True], where
+    assert relay.waiting == 0
+
+
+def test_a_finished_start_leaves_the_call_to_its_reader() -> None:
+    """The control: an answered call is not cancelled by ``start`` (``collect`` or
+    ``stream`` read it, and cancel it when they end)."""
+    handle = _Handle([Accepted("r1"), ResponseHead(200, "application/json", "r1")])
+    relay = _relay(handle)
+    started = asyncio.run(relay.start({}))
+    assert started.replica_id == "r1"
+    assert started.head.status == 200
+    assert [c.cancelled for c in handle.calls] == [False]
