@@ -271,6 +271,7 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
             "served_name": cfg.model.served_name,
             "max_model_len": cfg.model.max_model_len,
             "max_tokens_cap": cfg.model.max_tokens_cap,
+            "max_choices": cfg.model.max_choices,
             "default_max_tokens": cfg.model.default_max_tokens,
             "block_size": block,
         },

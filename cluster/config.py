@@ -38,6 +38,11 @@ class ModelConfig(_Strict):
     max_tokens_cap: int = Field(
         1024, ge=1, description="Largest `max_tokens` a request may ask for."
     )
+    max_choices: int = Field(
+        128,
+        ge=1,
+        description="Largest `n` (or `best_of`) a request may ask for: the sequences one request runs. vLLM's own bound is 16,384.",
+    )
     default_max_tokens: int = Field(
         256,
         ge=1,

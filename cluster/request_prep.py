@@ -5,7 +5,9 @@ needs what routing and fleet policy need:
 - the JSON object (400 ``invalid_json`` otherwise) and its ``model`` (404 unless it is the
   served name; the fleet serves one model);
 - the fleet's ``max_tokens`` cap (400 above it) and its default when the client gives none
-  (``default_max_tokens``, capped by the room the prompt leaves);
+  (``default_max_tokens``, capped by the room the prompt leaves), and its cap on ``n`` /
+  ``best_of`` (``max_choices``, 400 above it); the output a request may produce, which
+  quotas charge and the router weighs, is ``max_tokens`` times its choices;
 - the prompt's token ids, for the prefix-aware router's block hashes: the chat template
   applied to the messages' text, or the completion prompt. This is best effort for shapes
   the ingress does not render exactly (tools, multimodal parts, ``/v1/responses``): a
@@ -44,6 +46,7 @@ class Limits:
     max_tokens_cap: int
     default_max_tokens: int
     block_size: int
+    max_choices: int = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +184,29 @@ def apply_token_limits(path: str, body: dict[str, Any], n_prompt: int, limits: L
     return limits.default_max_tokens
 
 
+def choices(path: str, body: dict[str, Any], limits: Limits) -> int:
+    """The sequences the request runs (``n``, or ``best_of`` where larger), at most
+    ``limits.max_choices``: a request's output budget is this many times its ``max_tokens``
+    (OpenAI counts ``n`` the same way against a token limit). A value that is not a positive
+    integer is vLLM's to refuse; it counts as 1 here."""
+    if path not in GENERATE_PATHS:
+        return 1
+    most = 1
+    for field in ("n", "best_of"):
+        value = body.get(field)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            continue
+        if value > limits.max_choices:
+            raise APIError(
+                400,
+                f"{field}={value} is above this server's cap of {limits.max_choices}",
+                param=field,
+                code="invalid_value",
+            )
+        most = max(most, value)
+    return most
+
+
 def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
     arrival = time.time()
     body = decode_json(raw)
@@ -190,7 +216,7 @@ def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
         check_context(path, bounded_count(prompt_text(body), tokenizer, limits), limits)
     ids = routing_ids(path, body, tokenizer) if path in GENERATE_PATHS else []
     check_context(path, len(ids), limits)
-    expected = apply_token_limits(path, body, len(ids), limits)
+    expected = apply_token_limits(path, body, len(ids), limits) * choices(path, body, limits)
     prefix = GENERATE_PATHS.get(path, "req")
     rid = f"{prefix}-{uuid.uuid4().hex}"
     user = body.get("user")

@@ -47,6 +47,7 @@ MAX_EXAMPLES = 500
 FEW_TOKENS = 1
 FEW_SEQS = 2
 MAX_TOKENS_CAP = ModelConfig.model_fields["max_tokens_cap"].default  # the test fleet's cap
+MAX_CHOICES = ModelConfig.model_fields["max_choices"].default
 BUDGET_FIELDS = {
     "/v1/chat/completions": ("max_tokens", "max_completion_tokens"),
     "/v1/completions": ("max_tokens",),
@@ -222,6 +223,7 @@ def test_fuzz_counts_and_fleet_is_idle(vllm_app: str) -> None:
         {"seed": 2**63},
         {"seed": -(2**63) - 1},
         {"n": 10**9},
+        {"n": MAX_CHOICES + 1},  # the fleet's cap (vLLM would run up to 16,384)
         {"stream_interval": 2**70},  # found by the fuzz: a 500 before request_checks
         {"top_k": 2**64},
     ],
@@ -232,6 +234,7 @@ def test_fuzz_counts_and_fleet_is_idle(vllm_app: str) -> None:
         "seed-2^63",
         "seed-below-int64",
         "n-huge",
+        "n-above-cap",
         "stream_interval-2^70",
         "top_k-2^64",
     ],

@@ -116,6 +116,29 @@ def test_max_tokens_cap(tokenizer: Any) -> None:
     assert e.param == "max_completion_tokens"
 
 
+def test_choices_are_capped_and_multiply_the_expected_output(tokenizer: Any) -> None:
+    """``n`` (or ``best_of``) runs that many sequences: above ``max_choices`` it is a 400, and
+    the output a request may produce (what quotas charge and the router weighs) counts
+    every choice. Found by hand: ``n`` = 1,000 was charged as one answer and kept an engine
+    busy for minutes (vLLM's own bound is 16,384)."""
+    limits = Limits("m", max_model_len=256, max_tokens_cap=100, default_max_tokens=50,
+                    block_size=16, max_choices=8)  # fmt: skip
+    chat = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 10}
+    for path, body in (("/v1/chat/completions", chat), ("/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 10})):  # fmt: skip
+        assert prepare(path, json.dumps({**body, "n": 8}).encode(), tokenizer, limits).view.expected_output_tokens == 80  # fmt: skip
+        for field in ("n", "best_of"):
+            with pytest.raises(APIError) as info:
+                prepare(path, json.dumps({**body, field: 9}).encode(), tokenizer, limits)
+            assert (info.value.status, info.value.param, info.value.code) == (400, field, "invalid_value")  # fmt: skip
+    done = prepare("/v1/completions", json.dumps({"model": "m", "prompt": "hi", "max_tokens": 10, "n": 2, "best_of": 5}).encode(), tokenizer, limits)  # fmt: skip
+    assert done.view.expected_output_tokens == 50  # best_of sequences run
+    for odd in ("3", 0, -2, True, None):  # not a positive integer: vLLM's to refuse; counts 1
+        p = prepare("/v1/completions", json.dumps({"model": "m", "prompt": "hi", "max_tokens": 10, "n": odd}).encode(), tokenizer, limits)  # fmt: skip
+        assert p.view.expected_output_tokens == 10
+    default = prepare("/v1/completions", json.dumps({"model": "m", "prompt": "hi", "n": 3}).encode(), tokenizer, limits)  # fmt: skip
+    assert default.view.expected_output_tokens == 150  # the default max_tokens, 3 times
+
+
 def test_token_ids_out_of_vocab(tokenizer: Any) -> None:
     e = err_of(_prep, "/v1/completions", {"model": "m", "prompt": [1, 10**9]}, tokenizer)
     assert e.param == "prompt"
