@@ -111,7 +111,7 @@ class VLLMOpenAI:
                 # awaits ``asyncio.wait``), and a non-streamed request ran on to its end.
                 gone.set()
                 with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(asyncio.shield(task), DISCONNECT_GRACE_S)
+                    await asyncio.wait({task}, timeout=DISCONNECT_GRACE_S)  # leaves it running
                 if not task.done():
                     task.cancel()
                     with contextlib.suppress(BaseException):

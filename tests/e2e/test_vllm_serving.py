@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import httpx
@@ -199,8 +200,6 @@ def test_client_disconnect_aborts_a_non_streamed_request(vllm_app: str, n: int) 
     """A non-streamed request whose client leaves frees its slots at once. It used to run to
     its end: vLLM's handler watches for the disconnect in a task of its own, and the replica
     cancelled vLLM's app before that watch could see it (``replicas/vllm_openai.py``)."""
-    import threading
-
     body = {
         "model": vllm_app,
         "prompt": "Count: 1, 2, 3,",
