@@ -11,9 +11,13 @@ nothing happened::
 - ``/v1/completions``: the prompt (a string, or token ids) is extended by the text.
 - ``/v1/chat/completions``: the messages get a final assistant message holding the text,
   with vLLM's ``continue_final_message: true`` and ``add_generation_prompt: false``.
-- Only ``n`` = 1 streams without tools or a ``response_format`` migrate (a tool-call parser
-  or a grammar restarted mid-output would produce something the client did not ask for);
-  the rest end with an in-band error.
+- Only ``n`` = 1 streams without tools, a ``response_format`` or beam search migrate (a
+  tool-call parser or a grammar restarted mid-output would produce something the client did
+  not ask for); the rest end with an in-band error. A chat request that already ends in an
+  assistant prefix (``continue_final_message``) has that message extended, so its content
+  must be a string.
+- The output limit and ``min_tokens`` shrink by the tokens streamed. An ``echo``ed prefix is
+  not part of the output: it is left out of the continuation's prompt and not echoed again.
 - The continuation's events are rewritten to the original ``id``, ``created`` and
   ``model``; its chat role chunk is dropped; its usage counts the migrated tokens as output.
 - Output tokens already streamed are counted by the ingress's tokenizer (an estimate at a
@@ -31,6 +35,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster.request_prep import output_limit_field
+
 FOLD_BYTES = 256 * 1024
 DONE_EVENT = b"data: [DONE]\n\n"
 CHAT = "/v1/chat/completions"
@@ -47,11 +53,37 @@ def migratable(path: str, body: dict[str, Any]) -> bool:
         return False
     if body.get("tools") or body.get("structured_outputs") or body.get("guided_json"):
         return False
+    if body.get("use_beam_search") or echo_prefix(path, body) is None:
+        return False
     if path == COMPLETIONS:
         prompt = body.get("prompt")
         ids = isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)
         return isinstance(prompt, str) or (ids and bool(prompt))
-    return isinstance(body.get("messages"), list)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return False
+    if body.get("continue_final_message"):
+        # the client's own assistant prefix is extended in place, so it must be plain text
+        last = messages[-1]
+        return isinstance(last, dict) and isinstance(last.get("content"), str)
+    return True
+
+
+def echo_prefix(path: str, body: dict[str, Any]) -> str | None:
+    """The text vLLM streams ahead of the output when ``echo`` is set (None: not known here).
+    Completions echo the prompt, joined to the first token's text; chat echoes the last
+    message when it is the assistant's (vLLM's ``echo``: same role as the answer)."""
+    if not body.get("echo"):
+        return ""
+    if path == COMPLETIONS:
+        prompt = body.get("prompt")
+        return prompt if isinstance(prompt, str) else None
+    messages = body.get("messages")
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return ""
+    content = last.get("content")
+    return content if isinstance(content, str) else None
 
 
 def split_events(data: bytes) -> list[bytes]:
@@ -67,15 +99,21 @@ def split_events(data: bytes) -> list[bytes]:
 @dataclass
 class StreamLog:
     path: str
+    echo: str = ""  # echo_prefix(): streamed ahead of the output
     pending: list[bytes] = field(default_factory=list)
     pending_bytes: int = 0
-    text: str = ""
+    text: str = ""  # everything streamed, the echo included
     id: str | None = None
     created: int | None = None
     model: str | None = None
     finished: bool = False  # a finish_reason was streamed
     done: bool = False  # [DONE] was streamed
     usage_seen: bool = False  # the usage chunk was streamed
+
+    @property
+    def generated(self) -> str:
+        """The output streamed so far: ``text`` without the echo."""
+        return self.text[len(self.echo) :] if self.text.startswith(self.echo) else self.text
 
     def add(self, chunk: bytes) -> None:
         self.pending.append(chunk)
@@ -113,33 +151,37 @@ class StreamLog:
                 self.finished = True
 
 
-def _max_tokens_field(path: str, body: dict[str, Any]) -> str:
-    if path == CHAT and body.get("max_tokens") is None:
-        return "max_completion_tokens"
-    return "max_tokens"
-
-
 def continuation(
     path: str, body: dict[str, Any], log: StreamLog, more_ids: list[int]
 ) -> dict[str, Any] | None:
-    """The body that continues ``body`` after ``log.text`` (``more_ids``: its token ids, by
-    the ingress's tokenizer); None when no output is left."""
+    """The body that continues ``body`` after ``log.generated`` (``more_ids``: its token ids, by
+    the ingress's tokenizer); None when no output is left.
+
+    What the client asked of the whole output holds for the rest of it: the output limit
+    (the field vLLM reads) and ``min_tokens`` shrink by the tokens already streamed. What
+    it already received is not echoed again."""
     emitted_tokens = len(more_ids)
     out = copy.deepcopy(body)
-    key = _max_tokens_field(path, out)
+    key = output_limit_field(path, out)
     if isinstance(out.get(key), int):
         left = out[key] - emitted_tokens
         if left <= 0:
             return None
         out[key] = left
+    if isinstance(out.get("min_tokens"), int):
+        out["min_tokens"] = max(0, out["min_tokens"] - emitted_tokens)
+    out["echo"] = False
     if path == COMPLETIONS:
-        out["echo"] = False
         if isinstance(out["prompt"], str):
-            out["prompt"] = out["prompt"] + log.text
+            out["prompt"] = out["prompt"] + log.generated
         else:
             out["prompt"] = list(out["prompt"]) + list(more_ids)
         return out
-    out["messages"] = [*out["messages"], {"role": "assistant", "content": log.text}]
+    if out.get("continue_final_message"):
+        last = out["messages"][-1]  # migratable(): its content is a string
+        out["messages"][-1] = {**last, "content": last["content"] + log.generated}
+    else:
+        out["messages"] = [*out["messages"], {"role": "assistant", "content": log.generated}]
     out["continue_final_message"] = True
     out["add_generation_prompt"] = False
     return out

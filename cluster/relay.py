@@ -43,6 +43,7 @@ from cluster.migration import (
     StreamLog,
     closing_events,
     continuation,
+    echo_prefix,
     migratable,
 )
 from contracts.http import Accepted, APIError, ReplicaFailed, ResponseHead
@@ -263,7 +264,9 @@ class Relay:
     ) -> AsyncIterator[bytes]:
         """Relay a streamed answer; on a replica's death, migrate (or end in-band)."""
         origin = started
-        slog = StreamLog(path) if body is not None and migratable(path, body) else None
+        slog = None
+        if body is not None and migratable(path, body):
+            slog = StreamLog(path, echo=echo_prefix(path, body) or "")
         rewriter: Rewriter | None = None
         budget = self.s.migrate_attempts
         try:
@@ -289,7 +292,7 @@ class Relay:
                     if slog.done:
                         return
                     assert body is not None
-                    more_ids = encode(slog.text)
+                    more_ids = encode(slog.generated)
                     emitted = len(more_ids)
                     cont = None if slog.finished else continuation(path, body, slog, more_ids)
                     if cont is None:  # nothing left to generate: end the stream properly

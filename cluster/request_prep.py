@@ -155,17 +155,22 @@ def check_context(path: str, n_prompt: int, limits: Limits) -> None:
         )
 
 
-def _max_tokens_field(path: str, body: dict[str, Any]) -> str:
+def output_limit_field(path: str, body: dict[str, Any]) -> str:
+    """The field that bounds a request's output, as vLLM reads it: on chat,
+    ``max_completion_tokens`` whenever it is given (``max_tokens``, deprecated, is then
+    ignored), else ``max_tokens``; ``max_completion_tokens`` when neither is."""
     if path == "/v1/responses":
         return "max_output_tokens"
-    if path == "/v1/chat/completions" and body.get("max_tokens") is None:
+    if path == "/v1/chat/completions" and (
+        body.get("max_completion_tokens") is not None or body.get("max_tokens") is None
+    ):
         return "max_completion_tokens"
     return "max_tokens"
 
 
 def apply_token_limits(path: str, body: dict[str, Any], n_prompt: int, limits: Limits) -> int:
     """Enforce the fleet's cap; fill in its default. Returns the expected output tokens."""
-    field = _max_tokens_field(path, body)
+    field = output_limit_field(path, body)
     asked = body.get(field)
     if isinstance(asked, int) and not isinstance(asked, bool):
         if asked > limits.max_tokens_cap:

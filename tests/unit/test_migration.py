@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import json
 
-from cluster.migration import CHAT, COMPLETIONS, Rewriter, StreamLog, continuation, migratable
+from cluster.migration import (
+    CHAT,
+    COMPLETIONS,
+    Rewriter,
+    StreamLog,
+    continuation,
+    echo_prefix,
+    migratable,
+)
 
 
 def _ev(obj: object) -> bytes:
@@ -80,6 +88,58 @@ def test_completion_continuation_extends_text_or_ids() -> None:
     assert out is not None
     assert out["prompt"] == [1, 2, 9]
     assert continuation(COMPLETIONS, {"prompt": "hi", "max_tokens": 1}, log, [9]) is None
+
+
+def test_continuation_keeps_what_was_asked_of_the_whole_output() -> None:
+    """Found by hand against vLLM 0.32: ``min_tokens`` left as it was made the continuation
+    a 400 (above its shrunk ``max_tokens``); with both output limits given, vLLM reads
+    ``max_completion_tokens``, so that is the one to shrink; an echoed prefix is not output."""
+    log = StreamLog(COMPLETIONS)
+    log.text = " there"
+    body = {"prompt": "hi", "max_tokens": 10, "min_tokens": 10, "ignore_eos": True}
+    out = continuation(COMPLETIONS, body, log, [7, 8])
+    assert out is not None
+    assert (out["max_tokens"], out["min_tokens"]) == (8, 8)
+    msgs = [{"role": "user", "content": "x"}]
+    chat = {"messages": msgs, "max_tokens": 50, "max_completion_tokens": 10, "echo": True}
+    out = continuation(CHAT, chat, StreamLog(CHAT, text="ab"), [1, 2])
+    assert out is not None
+    assert (out["max_tokens"], out["max_completion_tokens"], out["echo"]) == (50, 8, False)
+    assert continuation(CHAT, {**chat, "max_completion_tokens": 2}, StreamLog(CHAT), [1, 2]) is None
+
+
+def test_an_assistant_prefix_is_extended_not_repeated() -> None:
+    msgs = [{"role": "user", "content": "poem"}, {"role": "assistant", "content": "Roses are"}]
+    body = {"messages": msgs, "continue_final_message": True, "add_generation_prompt": False,
+            "stream": True, "max_tokens": 9}  # fmt: skip
+    assert migratable(CHAT, body)
+    out = continuation(CHAT, body, StreamLog(CHAT, text=" red"), [1])
+    assert out is not None
+    assert out["messages"] == [msgs[0], {"role": "assistant", "content": "Roses are red"}]
+    parts = [msgs[0], {"role": "assistant", "content": [{"type": "text", "text": "Roses"}]}]
+    assert not migratable(CHAT, {**body, "messages": parts})
+
+
+def test_an_echoed_prefix_is_left_out_of_the_output() -> None:
+    """vLLM streams the echo joined to the first token ("The sky is a"), and a chat echo as
+    content: migrating it as output would repeat the prompt inside the prompt."""
+    body = {"prompt": "The sky is", "echo": True, "stream": True, "max_tokens": 5}
+    assert echo_prefix(COMPLETIONS, body) == "The sky is"
+    log = StreamLog(COMPLETIONS, echo="The sky is")
+    log.add(_ev({"id": "c", "choices": [{"index": 0, "text": "The sky is a"}]}))
+    log.add(_ev({"id": "c", "choices": [{"index": 0, "text": " canvas"}]}))
+    log.fold()
+    assert log.generated == " a canvas"
+    out = continuation(COMPLETIONS, body, log, [1, 2])
+    assert out is not None
+    assert (out["prompt"], out["echo"]) == ("The sky is a canvas", False)
+    assert not migratable(COMPLETIONS, {**body, "prompt": [1, 2]})  # echo of ids: not known
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"}]
+    chat = {"messages": msgs, "echo": True, "stream": True, "continue_final_message": True}
+    assert echo_prefix(CHAT, chat) == "Hello"
+    assert echo_prefix(CHAT, {**chat, "messages": msgs[:1]}) == ""  # not the answer's role
+    assert migratable(CHAT, chat)
+    assert not migratable(CHAT, {**chat, "use_beam_search": True})
 
 
 def test_rewriter_keeps_one_stream_identity() -> None:

@@ -114,6 +114,13 @@ def test_max_tokens_cap(tokenizer: Any) -> None:
     chat = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
     e = err_of(_prep, "/v1/chat/completions", {**chat, "max_completion_tokens": 101}, tokenizer)
     assert e.param == "max_completion_tokens"
+    # with both, vLLM reads max_completion_tokens: the cap and the charge follow it (found by
+    # hand: max_tokens 1 beside max_completion_tokens 1,500 passed a cap of 1,024)
+    both = {**chat, "max_tokens": 1, "max_completion_tokens": 101}
+    assert err_of(_prep, "/v1/chat/completions", both, tokenizer).param == "max_completion_tokens"
+    both = {**chat, "max_tokens": 100, "max_completion_tokens": 7}
+    assert _prep("/v1/chat/completions", both, tokenizer).view.expected_output_tokens == 7
+    assert _prep("/v1/chat/completions", {**chat, "max_tokens": 9}, tokenizer).view.expected_output_tokens == 9  # fmt: skip
 
 
 def test_choices_are_capped_and_multiply_the_expected_output(tokenizer: Any) -> None:
