@@ -41,7 +41,7 @@ class ModelConfig(_Strict):
     max_choices: int = Field(
         128,
         ge=1,
-        description="Largest `n` (or `best_of`) a request may ask for: the sequences one request runs. vLLM's own bound is 16,384.",
+        description="Most sequences one request may run: its `n` (or `best_of`), times its prompts for a completions batch. vLLM's own bound on `n` is 16,384.",
     )
     default_max_tokens: int = Field(
         256,

@@ -257,8 +257,7 @@ class OpenAIIngress:
             from cluster.relay import unavailable
 
             raise unavailable()
-        fwd = prep.payload["request"]
-        grant = self.guard.admit(key, len(fwd.prompt_token_ids) + prep.view.expected_output_tokens)
+        grant = self.guard.admit(key, prep.prompt_tokens + prep.view.expected_output_tokens)
         try:
             started = await self.relay.start(prep.payload)
         except BaseException:

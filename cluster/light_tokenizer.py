@@ -57,6 +57,10 @@ class LightTokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
 
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Several texts at once (the Rust library spreads them over threads)."""
+        return [list(e.ids) for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
     def apply_chat_template(
         self,
         messages: list[dict[str, Any]],

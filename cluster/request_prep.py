@@ -6,8 +6,10 @@ needs what routing and fleet policy need:
   served name; the fleet serves one model);
 - the fleet's ``max_tokens`` cap (400 above it) and its default when the client gives none
   (``default_max_tokens``, capped by the room the prompt leaves), and its cap on ``n`` /
-  ``best_of`` (``max_choices``, 400 above it); the output a request may produce, which
-  quotas charge and the router weighs, is ``max_tokens`` times its choices;
+  ``best_of`` (``max_choices``, 400 above it; a completions request with a batch of
+  prompts runs ``n`` sequences for each, and the cap bounds them all); the output a
+  request may produce, which quotas charge and the router weighs, is ``max_tokens`` times
+  its sequences, and its prompt tokens are those of every prompt in the batch;
 - the prompt's token ids, for the prefix-aware router's block hashes: the chat template
   applied to the messages' text, or the completion prompt. This is best effort for shapes
   the ingress does not render exactly (tools, multimodal parts, ``/v1/responses``): a
@@ -56,6 +58,7 @@ class Prepared:
     view: RequestView
     payload: dict[str, Any]  # RoutedPayload(request=ForwardedRequest, view=RequestView)
     usage_injected: bool = False  # the ingress asked for the usage event (edge_metrics.py)
+    prompt_tokens: int = 0  # every prompt's, as far as the ingress can tell (quotas)
 
 
 def check_model(body: dict[str, Any], path: str, limits: Limits) -> None:
@@ -85,18 +88,62 @@ def _text(content: Any) -> str:
     return ""
 
 
+def _ids(prompt: list[Any], tokenizer: Any) -> list[int] | None:
+    """A prompt given as token ids (None if it is not a list of integers); out-of-vocabulary
+    ids are a 400 here, as the engine would answer."""
+    if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return None
+    vocab = len(tokenizer)
+    if any(t < 0 or t >= vocab for t in prompt):
+        raise APIError(400, f"prompt token ids must be in [0, {vocab})", param="prompt")
+    return list(prompt)
+
+
+def batch_prompts(path: str, body: dict[str, Any]) -> list[Any] | None:
+    """A completions request's prompts when it sends several (a list of strings, or of
+    token-id lists; vLLM runs each as its own sequence group); None for a single prompt."""
+    prompt = body.get("prompt")
+    if path != "/v1/completions" or not isinstance(prompt, list) or not prompt:
+        return None
+    if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return None  # one prompt, as token ids
+    return prompt
+
+
+def batch_counts(batch: list[Any], tokenizer: Any, limits: Limits) -> list[int]:
+    """Each prompt's tokens, each checked against the context on its own (a batch is not
+    one long prompt). Items of other shapes are vLLM's to refuse; they count 0."""
+    counts = [0] * len(batch)
+    texts: list[tuple[int, str]] = []
+    for i, item in enumerate(batch):
+        if isinstance(item, str):
+            check_context("/v1/completions", bounded_count(item, tokenizer, limits), limits)
+            texts.append((i, item))
+        elif isinstance(item, list):
+            counts[i] = len(_ids(item, tokenizer) or ())
+    if texts:
+        strings = [t for _, t in texts]
+        if hasattr(tokenizer, "encode_batch"):  # LightTokenizer
+            encoded = tokenizer.encode_batch(strings)
+        else:  # transformers
+            encoded = [tokenizer.encode(t, add_special_tokens=False) for t in strings]
+        for (i, _), ids in zip(texts, encoded, strict=True):
+            counts[i] = len(ids)
+    for n in counts:
+        check_context("/v1/completions", n, limits)
+    return counts
+
+
 def routing_ids(path: str, body: dict[str, Any], tokenizer: Any) -> list[int]:
     """The prompt's token ids as far as the ingress can tell ([] when it cannot)."""
     prompt = body.get("prompt", body.get("input"))
     if path == "/v1/completions" and isinstance(prompt, list) and prompt:
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            vocab = len(tokenizer)
-            if any(t < 0 or t >= vocab for t in prompt):
-                raise APIError(
-                    400, f"prompt token ids must be in [0, {vocab})", param="prompt"
-                ) from None
-            return list(prompt)
-        prompt = prompt[0]
+        ids = _ids(prompt, tokenizer)
+        if ids is not None:
+            return ids
+        prompt = prompt[0]  # a batch routes on its first prompt
+        if isinstance(prompt, list):
+            return _ids(prompt, tokenizer) or []
     messages = body.get("messages")
     if path == "/v1/responses" and isinstance(prompt, list):
         messages, prompt = prompt, None
@@ -189,27 +236,36 @@ def apply_token_limits(path: str, body: dict[str, Any], n_prompt: int, limits: L
     return limits.default_max_tokens
 
 
-def choices(path: str, body: dict[str, Any], limits: Limits) -> int:
-    """The sequences the request runs (``n``, or ``best_of`` where larger), at most
-    ``limits.max_choices``: a request's output budget is this many times its ``max_tokens``
-    (OpenAI counts ``n`` the same way against a token limit). A value that is not a positive
-    integer is vLLM's to refuse; it counts as 1 here."""
+def choices(path: str, body: dict[str, Any], limits: Limits, prompts: int = 1) -> int:
+    """The sequences the request runs (``n``, or ``best_of`` where larger, for each of its
+    ``prompts``), at most ``limits.max_choices``: a request's output budget is this many
+    times its ``max_tokens`` (OpenAI counts ``n`` the same way against a token limit). A
+    value that is not a positive integer is vLLM's to refuse; it counts as 1 here."""
     if path not in GENERATE_PATHS:
         return 1
-    most = 1
-    for field in ("n", "best_of"):
-        value = body.get(field)
+    most, field = 1, "n"
+    for name in ("n", "best_of"):
+        value = body.get(name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             continue
         if value > limits.max_choices:
             raise APIError(
                 400,
-                f"{field}={value} is above this server's cap of {limits.max_choices}",
-                param=field,
+                f"{name}={value} is above this server's cap of {limits.max_choices}",
+                param=name,
                 code="invalid_value",
             )
-        most = max(most, value)
-    return most
+        if value > most:
+            most, field = value, name
+    if most * prompts > limits.max_choices:
+        raise APIError(
+            400,
+            f"{prompts} prompts x {field}={most} is {most * prompts} sequences, above this "
+            f"server's cap of {limits.max_choices}",
+            param="prompt",
+            code="invalid_value",
+        )
+    return most * prompts
 
 
 def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
@@ -217,11 +273,15 @@ def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
     body = decode_json(raw)
     check_model(body, path, limits)
     check_body(path, body)
-    if path in GENERATE_PATHS:
+    batch = batch_prompts(path, body)
+    counts = batch_counts(batch, tokenizer, limits) if batch is not None else None
+    if path in GENERATE_PATHS and counts is None:
         check_context(path, bounded_count(prompt_text(body), tokenizer, limits), limits)
     ids = routing_ids(path, body, tokenizer) if path in GENERATE_PATHS else []
     check_context(path, len(ids), limits)
-    expected = apply_token_limits(path, body, len(ids), limits) * choices(path, body, limits)
+    longest = max(counts) if counts else len(ids)
+    sequences = choices(path, body, limits, len(batch) if batch is not None else 1)
+    expected = apply_token_limits(path, body, longest, limits) * sequences
     prefix = GENERATE_PATHS.get(path, "req")
     rid = f"{prefix}-{uuid.uuid4().hex}"
     user = body.get("user")
@@ -243,7 +303,10 @@ def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
         stream=stream,
         arrival_time=arrival,
     )
-    return Prepared(rid, stream, view, RoutedPayload(request=fwd, view=view), injected)
+    prompt_tokens = sum(counts) if counts is not None else len(ids)
+    return Prepared(
+        rid, stream, view, RoutedPayload(request=fwd, view=view), injected, prompt_tokens
+    )
 
 
 USAGE_PATHS = ("/v1/chat/completions", "/v1/completions")

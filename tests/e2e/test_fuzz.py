@@ -250,6 +250,19 @@ def test_out_of_range_values_are_client_errors(
     assert err["code"] == "invalid_value"
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_a_batch_of_prompts_counts_each_prompt(vllm_app: str, stream: bool) -> None:
+    """A completions batch runs one sequence per prompt (times ``n``): the fleet's cap on
+    choices bounds them all (unit: ``test_a_batch_of_prompts_is_several_prompts``)."""
+    body = {"model": vllm_app, "max_tokens": 2, "stream": stream}
+    r = post("/v1/completions", {**body, "prompt": ["hi"] * (MAX_CHOICES + 1)})
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"]["param"], r.json()["error"]["code"]) == ("prompt", "invalid_value")
+    r = post("/v1/completions", {**body, "prompt": ["hi", "there"], "n": 2, "stream": False})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["choices"]) == 4
+
+
 def test_served_openapi_documents_the_bodies(vllm_app: str) -> None:
     doc = httpx.get(f"{TEST_URL}/openapi.json", timeout=30).json()
     for path in FUZZED:

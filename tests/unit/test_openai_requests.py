@@ -146,6 +146,47 @@ def test_choices_are_capped_and_multiply_the_expected_output(tokenizer: Any) -> 
     assert default.view.expected_output_tokens == 150  # the default max_tokens, 3 times
 
 
+@pytest.fixture(scope="module", params=["light", "transformers"])
+def either_tokenizer(request: Any, tokenizer: Any, model_dir: Any) -> Any:
+    """The ingress's own tokenizer (``LightTokenizer``) and the ``transformers`` fallback."""
+    from cluster.light_tokenizer import LightTokenizer
+
+    return LightTokenizer(model_dir) if request.param == "light" else tokenizer
+
+
+def test_a_batch_of_prompts_is_several_prompts(either_tokenizer: Any) -> None:
+    """Found by hand: 10 prompts of 841 tokens each (context 2,048) got a 400 "your prompt
+    has 7,059 tokens" (the batch was judged as one joined text), while a batch of 200 short
+    prompts passed the cap on choices and was charged as its first prompt alone."""
+    tokenizer = either_tokenizer
+    limits = Limits("m", max_model_len=256, max_tokens_cap=100, default_max_tokens=50,
+                    block_size=16, max_choices=8)  # fmt: skip
+    text = "the quick brown fox jumps over the lazy dog " * 18  # ~ 180 tokens
+    one = len(tokenizer.encode(text, add_special_tokens=False))
+    assert 150 < one < 256
+    body = {"model": "m", "prompt": [text] * 4, "max_tokens": 10}
+    p = prepare("/v1/completions", json.dumps(body).encode(), tokenizer, limits)
+    assert p.prompt_tokens == 4 * one  # quotas charge every prompt
+    assert p.view.expected_output_tokens == 40  # and every prompt's output
+    assert len(p.view.token_ids) == one  # routing goes by the first prompt
+    ids = [[5, 6, 7], [8, 9]]
+    p = prepare("/v1/completions", json.dumps({**body, "prompt": ids, "n": 2}).encode(), tokenizer, limits)  # fmt: skip
+    assert (p.prompt_tokens, p.view.expected_output_tokens) == (5, 40)
+    with pytest.raises(APIError) as info:  # 5 prompts x n=2 = 10 sequences > 8
+        prepare("/v1/completions", json.dumps({**body, "prompt": ["a"] * 5, "n": 2}).encode(), tokenizer, limits)  # fmt: skip
+    assert (info.value.status, info.value.param) == (400, "prompt")
+    assert "10 sequences" in info.value.message
+    with pytest.raises(APIError) as info:  # one prompt of the batch is too long on its own
+        prepare("/v1/completions", json.dumps({**body, "prompt": ["a", text * 2]}).encode(), tokenizer, limits)  # fmt: skip
+    assert info.value.code == "context_length_exceeded"
+    with pytest.raises(APIError) as info:
+        prepare("/v1/completions", json.dumps({**body, "prompt": [[1], [10**9]]}).encode(), tokenizer, limits)  # fmt: skip
+    assert info.value.param == "prompt"
+    # the default max_tokens leaves room for the longest prompt
+    p = prepare("/v1/completions", json.dumps({"model": "m", "prompt": ["a", text]}).encode(), tokenizer, limits)  # fmt: skip
+    assert _sent(p)["max_tokens"] == min(50, 256 - one)
+
+
 def test_token_ids_out_of_vocab(tokenizer: Any) -> None:
     e = err_of(_prep, "/v1/completions", {"model": "m", "prompt": [1, 10**9]}, tokenizer)
     assert e.param == "prompt"
