@@ -117,7 +117,8 @@ def batch_counts(batch: list[Any], tokenizer: Any, limits: Limits) -> list[int]:
     texts: list[tuple[int, str]] = []
     for i, item in enumerate(batch):
         if isinstance(item, str):
-            check_context("/v1/completions", bounded_count(item, tokenizer, limits), limits)
+            n = bounded_count(item, tokenizer, limits)
+            check_context("/v1/completions", n, limits, at_least=True)
             texts.append((i, item))
         elif isinstance(item, list):
             counts[i] = len(_ids(item, tokenizer) or ())
@@ -189,15 +190,19 @@ def bounded_count(text: str, tokenizer: Any, limits: Limits) -> int:
     return len(tokenizer.encode(text[:window], add_special_tokens=False))
 
 
-def check_context(path: str, n_prompt: int, limits: Limits) -> None:
+PROMPT_PARAM = {"/v1/chat/completions": "messages", "/v1/responses": "input"}
+
+
+def check_context(path: str, n_prompt: int, limits: Limits, at_least: bool = False) -> None:
     """A prompt longer than the context is refused here, before it travels to a replica
-    (``>``: the ingress's count is an estimate for shapes it does not render exactly)."""
+    (``>``: the ingress's count is an estimate for shapes it does not render exactly;
+    ``at_least``: ``n_prompt`` counts only a prefix of the prompt, see ``bounded_count``)."""
     if n_prompt > limits.max_model_len:
         raise APIError(
             400,
             f"This model's maximum context length is {limits.max_model_len} tokens. However, "
-            f"your prompt has {n_prompt} tokens.",
-            param="messages" if path == "/v1/chat/completions" else "prompt",
+            f"your prompt has {'more than ' if at_least else ''}{n_prompt} tokens.",
+            param=PROMPT_PARAM.get(path, "prompt"),
             code="context_length_exceeded",
         )
 
@@ -276,7 +281,8 @@ def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
     batch = batch_prompts(path, body)
     counts = batch_counts(batch, tokenizer, limits) if batch is not None else None
     if path in GENERATE_PATHS and counts is None:
-        check_context(path, bounded_count(prompt_text(body), tokenizer, limits), limits)
+        n = bounded_count(prompt_text(body), tokenizer, limits)
+        check_context(path, n, limits, at_least=True)
     ids = routing_ids(path, body, tokenizer) if path in GENERATE_PATHS else []
     check_context(path, len(ids), limits)
     longest = max(counts) if counts else len(ids)

@@ -37,8 +37,12 @@ def test_huge_prompt_is_judged_on_a_prefix() -> None:
     n = bounded_count("x" * 10_000_000, _Chars(), limits)
     assert n == 1600  # the window only
     with pytest.raises(APIError) as err:
-        check_context("/v1/completions", n, limits)
+        check_context("/v1/completions", n, limits, at_least=True)
     assert err.value.code == "context_length_exceeded"
+    assert "has more than 1600 tokens" in err.value.message  # a prefix's count, not the whole
+    with pytest.raises(APIError) as err:
+        check_context("/v1/responses", n, limits)
+    assert err.value.param == "input"
 
 
 def test_ingress_replicas_default() -> None:
