@@ -22,6 +22,7 @@ Contract
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,12 +88,62 @@ def api_error_body(
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
+MAX_JSON_DEPTH = 128  # arrays and objects inside one another (a deep JSON schema fits)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def decode_json(raw: bytes) -> dict[str, Any]:
-    """A request body as a JSON object, or a 400 ``invalid_json``."""
+    """A request body as a JSON object, or a 400 ``invalid_json``: also for nesting deeper
+    than ``MAX_JSON_DEPTH`` (the decoder's recursion gave a 500 from ~1,000 levels) and for
+    a string holding an unpaired UTF-16 surrogate (``"\\ud800"``: JSON's escapes allow it,
+    Unicode does not; the tokenizer and the engine's stop strings failed on it, the latter
+    with a 500)."""
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise APIError(400, f"request body is not valid JSON: {err}", code="invalid_json") from None
-    if not isinstance(data, dict):
+    except RecursionError:
+        data = None  # nested far too deeply: refused below
+    if data is not None and not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    problem = (
+        "nesting" if data is None else _shape_problem(data, bool(_SURROGATE_ESCAPE.search(raw)))
+    )
+    if problem == "nesting":
+        raise APIError(
+            400,
+            f"request body nests arrays and objects more than {MAX_JSON_DEPTH} deep",
+            code="invalid_json",
+        )
+    if problem:
+        raise APIError(400, f"request body is not valid Unicode: {problem}", code="invalid_json")
+    assert isinstance(data, dict)
     return data
+
+
+def _shape_problem(data: Any, surrogates: bool) -> str | None:
+    """ "nesting", a lone-surrogate description, or None (an iterative walk: no recursion)."""
+    stack: list[tuple[Any, int, str]] = [(data, 1, "")]
+    while stack:
+        node, depth, path = stack.pop()
+        if isinstance(node, dict):
+            items: Any = node.items()
+        elif isinstance(node, list):
+            items = enumerate(node)
+        else:
+            continue
+        for key, value in items:
+            if surrogates and isinstance(key, str) and _LONE_SURROGATE.search(key):
+                return f"a key in {path or 'the body'} holds an unpaired surrogate"
+            if isinstance(value, dict | list):
+                if depth >= MAX_JSON_DEPTH:
+                    return "nesting"
+                stack.append((value, depth + 1, _at(path, key)))
+            elif surrogates and isinstance(value, str) and _LONE_SURROGATE.search(value):
+                return f"the string at {_at(path, key)} holds an unpaired surrogate"
+    return None
+
+
+def _at(path: str, key: Any) -> str:
+    return f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key)

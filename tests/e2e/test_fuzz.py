@@ -250,6 +250,33 @@ def test_out_of_range_values_are_client_errors(
     assert err["code"] == "invalid_value"
 
 
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b'"prompt": "hi", "stop": ["\\ud800"]',  # was a 500 engine_error
+        b'"prompt": "a\\udfffb"',  # was vLLM's tokenizer's cryptic 400
+        b'"prompt": "hi", "x": ' + b"[" * 1_000 + b"]" * 1_000,  # was a 500 (RecursionError)
+    ],
+    ids=["stop-lone-surrogate", "prompt-lone-surrogate", "nested-1000"],
+)
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_bodies_json_allows_but_unicode_or_the_decoder_does_not(
+    vllm_app: str, tail: bytes, stream: bool
+) -> None:
+    head = b'{"model": "%s", "max_tokens": 2, "stream": %s, ' % (
+        vllm_app.encode(),
+        b"true" if stream else b"false",
+    )
+    r = httpx.post(
+        f"{TEST_URL}/v1/completions",
+        content=head + tail + b"}",
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "invalid_json"
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 def test_a_batch_of_prompts_counts_each_prompt(vllm_app: str, stream: bool) -> None:
     """A completions batch runs one sequence per prompt (times ``n``): the fleet's cap on

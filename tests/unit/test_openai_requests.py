@@ -28,6 +28,30 @@ def test_malformed_json_and_non_object() -> None:
     assert err_of(decode_json, b"\xff\xfe").status == 400
 
 
+def test_bodies_the_decoder_or_the_engine_would_fail_on() -> None:
+    """Found by hand against vLLM 0.32: 1,000 nested arrays gave a 500 (the decoder's
+    RecursionError), and ``stop: ["\\ud800"]`` (an unpaired surrogate, valid JSON escape,
+    invalid Unicode) a 500 ``engine_error``; in a prompt it got a cryptic tokenizer 400."""
+    for raw in (
+        b'{"stop": ["\\ud800"]}',
+        b'{"prompt": "a\\udfffb"}',
+        b'{"messages": [{"role": "user", "content": "\\uDBFF"}]}',
+        b'{"logit_bias": {"\\ud800": 1}}',
+    ):
+        e = err_of(decode_json, raw)
+        assert (e.status, e.code) == (400, "invalid_json"), raw
+        assert "unpaired surrogate" in e.message
+    assert decode_json(b'{"prompt": "\\ud83d\\ude00"}') == {"prompt": "\U0001f600"}  # a pair
+    ok = b'{"a": ' + b"[" * 127 + b"]" * 127 + b"}"
+    assert decode_json(ok)
+    for depth in (128, 1_000, 100_000):
+        e = err_of(decode_json, b'{"a": ' + b"[" * depth + b"]" * depth + b"}")
+        assert e.code == "invalid_json"
+        assert e.message.endswith("more than 128 deep"), e.message
+    e = err_of(decode_json, b'{"a": ' + b'{"b": ' * 500 + b"1" + b"}" * 500 + b"}")
+    assert "deep" in e.message
+
+
 @pytest.mark.parametrize(
     ("model", "body", "param", "code"),
     [
