@@ -16,7 +16,9 @@ Found by fuzzing (``tests/e2e/test_fuzz.py``) against vLLM 0.32:
   ``stop_token_ids``' items, ...): the request models bound few of them above, so the value
   reaches ``SamplingParams``, and the engine client's msgpack encoder
   (``vllm.v1.serial_utils.MsgpackEncoder``) raises ``OverflowError``: the stream ends with
-  "generation failed". Checked on every top-level field, alone or as a list of integers.
+  "generation failed". Checked on every top-level field, alone or as a list of integers,
+  and on the integer fields' numeric strings, which vLLM reads as integers (found by hand:
+  ``top_k: "100000000000000000000000"`` was a 500).
 
 A check lives here only while the pinned vLLM misses it: each names the vLLM code it covers,
 so an upgrade can drop it once the fuzz test passes without it.
@@ -24,6 +26,7 @@ so an upgrade can drop it once the fuzz test passes without it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -55,12 +58,49 @@ def message_tool_calls_are_arrays(body: dict[str, Any]) -> None:
 
 
 INT64 = (-(2**63), 2**63 - 1)
+# The integer fields of vLLM 0.32's chat and completion request models (a unit test derives
+# them from vLLM's pydantic models): a string there is read as an integer (lax mode)
+INT_FIELDS = frozenset(
+    {
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "min_tokens",
+        "n",
+        "priority",
+        "prompt_logprobs",
+        "routed_experts_prompt_start",
+        "seed",
+        "stream_interval",
+        "thinking_token_budget",
+        "top_k",
+        "top_logprobs",
+        "truncate_prompt_tokens",
+    }
+)
+_INT_TEXT = re.compile(r"([+-]?[0-9](?:_?[0-9])*)(?:\.0*)?")
+
+
+def lax_int(value: Any) -> int | None:
+    """``value`` as pydantic's lax mode reads an integer: a bool, an integral float, or a
+    string of ASCII digits (sign, ``_`` between digits, a ``.0`` tail, spaces around);
+    None when it is not one (the engine refuses it)."""
+    if isinstance(value, bool | int):
+        return int(value)
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        m = _INT_TEXT.fullmatch(value.strip())
+        return int(m.group(1).replace("_", "")) if m else None
+    return None
 
 
 def integers_fit_64_bits(body: dict[str, Any]) -> None:
     for key, value in body.items():
         items = value if isinstance(value, list) else [value]
         for item in items:
+            if type(item) is str and key in INT_FIELDS:  # "1e24" as vLLM reads it
+                item = lax_int(item)
             if type(item) is int and not INT64[0] <= item <= INT64[1]:  # bool is not checked
                 raise _invalid(key, "must be an integer that fits in 64 bits")
 

@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.request_checks import check_body
+from cluster.request_checks import check_body, lax_int
 from contracts.http import APIError, ForwardedRequest, decode_json
 from router.ray_compat import RoutedPayload
 from router.types import RequestView
@@ -273,19 +273,80 @@ def choices(path: str, body: dict[str, Any], limits: Limits, prompts: int = 1) -
     return most * prompts
 
 
+# Fields the ingress reads, and vLLM's models accept in pydantic's lax forms ("16", 16.0,
+# "true"): they are forwarded in their plain type, so the caps, the quotas, the stream
+# detection and a migration see what the engine will run.
+LAX_INTS = (
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "min_tokens",
+    "n",
+    "best_of",
+    "truncate_prompt_tokens",
+)
+LAX_BOOLS = ("stream", "echo", "continue_final_message", "add_generation_prompt", "use_beam_search")
+_TRUE = {"1", "on", "t", "true", "y", "yes"}
+_FALSE = {"0", "off", "f", "false", "n", "no"}
+
+
+def lax_bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        return True if text in _TRUE else False if text in _FALSE else None
+    return None
+
+
+def normalize_lax(body: dict[str, Any]) -> None:
+    """Rewrite the fields of ``LAX_INTS`` / ``LAX_BOOLS`` that hold a lax form as their plain
+    value (found by hand: ``max_tokens: "1100"`` passed a cap of 1,024, ``n: "130"`` one of
+    128, and vLLM ran both)."""
+    for name in LAX_INTS:
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            plain = lax_int(value)
+            if plain is not None:
+                body[name] = plain
+    for name in LAX_BOOLS:
+        value = body.get(name)
+        if value is not None and not isinstance(value, bool):
+            flag = lax_bool(value)
+            if flag is not None:
+                body[name] = flag
+
+
+def truncation(body: dict[str, Any], limits: Limits) -> int | None:
+    """The prompt length vLLM truncates to (``truncate_prompt_tokens``; -1: the context),
+    None when the request does not ask for truncation."""
+    k = body.get("truncate_prompt_tokens")
+    if not isinstance(k, int) or isinstance(k, bool) or k < -1:
+        return None
+    return limits.max_model_len if k == -1 else k
+
+
 def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
     arrival = time.time()
     body = decode_json(raw)
     check_model(body, path, limits)
     check_body(path, body)
+    normalize_lax(body)
     batch = batch_prompts(path, body)
-    counts = batch_counts(batch, tokenizer, limits) if batch is not None else None
-    if path in GENERATE_PATHS and counts is None:
-        n = bounded_count(prompt_text(body), tokenizer, limits)
-        check_context(path, n, limits, at_least=True)
-    ids = routing_ids(path, body, tokenizer) if path in GENERATE_PATHS else []
-    check_context(path, len(ids), limits)
-    longest = max(counts) if counts else len(ids)
+    cut = truncation(body, limits) if path in GENERATE_PATHS else None
+    counts = None
+    if cut is not None:  # vLLM keeps `cut` tokens of a longer prompt: no context check here,
+        ids: list[int] = []  # and no routing on tokens it may drop (load alone)
+    else:
+        counts = batch_counts(batch, tokenizer, limits) if batch is not None else None
+        if path in GENERATE_PATHS and counts is None:
+            n = bounded_count(prompt_text(body), tokenizer, limits)
+            check_context(path, n, limits, at_least=True)
+        ids = routing_ids(path, body, tokenizer) if path in GENERATE_PATHS else []
+        check_context(path, len(ids), limits)
+    longest = cut if cut is not None else max(counts) if counts else len(ids)
     sequences = choices(path, body, limits, len(batch) if batch is not None else 1)
     expected = apply_token_limits(path, body, longest, limits) * sequences
     prefix = GENERATE_PATHS.get(path, "req")
@@ -309,7 +370,10 @@ def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
         stream=stream,
         arrival_time=arrival,
     )
-    prompt_tokens = sum(counts) if counts is not None else len(ids)
+    if cut is not None:  # charged as if every prompt were kept whole up to the cut
+        prompt_tokens = cut * (len(batch) if batch is not None else 1)
+    else:
+        prompt_tokens = sum(counts) if counts is not None else len(ids)
     return Prepared(
         rid, stream, view, RoutedPayload(request=fwd, view=view), injected, prompt_tokens
     )

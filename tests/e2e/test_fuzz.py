@@ -226,6 +226,9 @@ def test_fuzz_counts_and_fleet_is_idle(vllm_app: str) -> None:
         {"n": MAX_CHOICES + 1},  # the fleet's cap (vLLM would run up to 16,384)
         {"stream_interval": 2**70},  # found by the fuzz: a 500 before request_checks
         {"top_k": 2**64},
+        {"top_k": str(10**23)},  # vLLM reads numeric strings: found by hand, a 500
+        {"n": str(MAX_CHOICES + 1)},  # found by hand: passed the cap, vLLM ran it
+        {"max_tokens": "100000"},
     ],
     ids=[
         "stop-empty-item",
@@ -237,6 +240,9 @@ def test_fuzz_counts_and_fleet_is_idle(vllm_app: str) -> None:
         "n-above-cap",
         "stream_interval-2^70",
         "top_k-2^64",
+        "top_k-string-10^23",
+        "n-string-above-cap",
+        "max_tokens-string-above-cap",
     ],
 )
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])

@@ -163,7 +163,7 @@ def test_choices_are_capped_and_multiply_the_expected_output(tokenizer: Any) -> 
             assert (info.value.status, info.value.param, info.value.code) == (400, field, "invalid_value")  # fmt: skip
     done = prepare("/v1/completions", json.dumps({"model": "m", "prompt": "hi", "max_tokens": 10, "n": 2, "best_of": 5}).encode(), tokenizer, limits)  # fmt: skip
     assert done.view.expected_output_tokens == 50  # best_of sequences run
-    for odd in ("3", 0, -2, True, None):  # not a positive integer: vLLM's to refuse; counts 1
+    for odd in ("x", 2.5, 0, -2, True, None):  # not a positive integer (True is 1): counts 1
         p = prepare("/v1/completions", json.dumps({"model": "m", "prompt": "hi", "max_tokens": 10, "n": odd}).encode(), tokenizer, limits)  # fmt: skip
         assert p.view.expected_output_tokens == 10
     default = prepare("/v1/completions", json.dumps({"model": "m", "prompt": "hi", "n": 3}).encode(), tokenizer, limits)  # fmt: skip
@@ -209,6 +209,43 @@ def test_a_batch_of_prompts_is_several_prompts(either_tokenizer: Any) -> None:
     # the default max_tokens leaves room for the longest prompt
     p = prepare("/v1/completions", json.dumps({"model": "m", "prompt": ["a", text]}).encode(), tokenizer, limits)  # fmt: skip
     assert _sent(p)["max_tokens"] == min(50, 256 - one)
+
+
+def test_lax_forms_vllm_accepts_are_read_as_vllm_reads_them(tokenizer: Any) -> None:
+    """vLLM's request models coerce "16", 16.0 and "true" (pydantic's lax mode). Found by
+    hand: ``max_tokens: "1100"`` passed a cap of 1,024 and ``n: "130"`` a cap of 128, and
+    vLLM ran both (1,100 tokens for 63 s; 130 choices); ``stream: "true"`` streamed while the
+    ingress took it for a plain answer (no usage asked, no migration)."""
+    limits = Limits("m", max_model_len=256, max_tokens_cap=100, default_max_tokens=50,
+                    block_size=16, max_choices=8)  # fmt: skip
+    base = {"model": "m", "prompt": "hi"}
+    for field, value in (("max_tokens", "101"), ("max_tokens", 101.0), ("n", " 9 "), ("best_of", "9.0")):  # fmt: skip
+        with pytest.raises(APIError) as info:
+            prepare("/v1/completions", json.dumps({**base, field: value}).encode(), tokenizer, limits)  # fmt: skip
+        assert (info.value.status, info.value.param) == (400, field), (field, value)
+    p = prepare("/v1/completions", json.dumps({**base, "max_tokens": "7", "n": 2.0, "stream": "true", "echo": "0"}).encode(), tokenizer, limits)  # fmt: skip
+    assert p.view.expected_output_tokens == 14
+    assert p.stream
+    assert p.usage_injected  # the usage event is asked for, as for stream: true
+    sent = _sent(p)
+    assert (sent["max_tokens"], sent["n"], sent["stream"], sent["echo"]) == (7, 2, True, False)
+    p = prepare("/v1/completions", json.dumps({**base, "max_tokens": "many", "stream": "maybe"}).encode(), tokenizer, limits)  # fmt: skip
+    assert (_sent(p)["max_tokens"], _sent(p)["stream"]) == ("many", "maybe")  # vLLM's to refuse
+
+
+def test_a_truncated_prompt_is_not_refused_for_its_length(tokenizer: Any) -> None:
+    """``truncate_prompt_tokens`` asks vLLM to keep that many of the prompt's tokens: found by
+    hand, a 3,000-token prompt with ``truncate_prompt_tokens: 100`` got the ingress's 400
+    context_length_exceeded, where vLLM serves it."""
+    long = "hi " * 3000
+    p = _prep("/v1/completions", {"model": "m", "prompt": long, "truncate_prompt_tokens": 100}, tokenizer)  # fmt: skip
+    assert p.prompt_tokens == 100  # charged as the tokens kept
+    assert p.view.token_ids == ()  # routed on load: the kept tokens are vLLM's choice
+    assert _sent(p)["max_tokens"] == 50  # the default, with the room after 100 tokens
+    chat = {"model": "m", "messages": [{"role": "user", "content": long}], "truncate_prompt_tokens": -1}  # fmt: skip
+    assert _prep("/v1/chat/completions", chat, tokenizer).prompt_tokens == 256  # -1: the context
+    e = err_of(_prep, "/v1/completions", {"model": "m", "prompt": long}, tokenizer)
+    assert e.code == "context_length_exceeded"  # without truncation, refused as before
 
 
 def test_token_ids_out_of_vocab(tokenizer: Any) -> None:

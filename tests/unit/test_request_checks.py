@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cluster.request_checks import check_body
+from cluster.request_checks import INT_FIELDS, check_body, lax_int
 from contracts.http import APIError
 
 CHAT = "/v1/chat/completions"
@@ -47,6 +47,8 @@ def test_message_tool_calls_must_be_an_array(value: Any) -> None:
         ("top_k", 2**63),
         ("priority", -(2**63) - 1),
         ("stop_token_ids", [1, 2**64]),
+        ("top_k", "100000000000000000000000"),  # found by hand: vLLM reads it, a 500
+        ("stream_interval", " 1_000_000_000_000_000_000_000.0 "),
     ],
 )
 def test_integers_beyond_64_bits_are_refused(path: str, field: str, value: Any) -> None:
@@ -65,6 +67,8 @@ def test_integers_beyond_64_bits_are_refused(path: str, field: str, value: Any) 
         (CHAT, {"messages": [{"role": "assistant", "tool_calls": []}, "not a message"]}),
         (CHAT, {"messages": [{"role": "assistant", "tool_calls": None}]}),
         (CHAT, {"messages": "not a list"}),  # vLLM's own 400
+        (CHAT, {"messages": MSG, "user": "100000000000000000000000"}),  # a string field
+        (COMPLETIONS, {"prompt": "100000000000000000000000", "top_k": "1e30"}),  # vLLM's 400
         (COMPLETIONS, {"prompt": "hi", "structured_outputs": {"choice": ["a", "b"]}}),
         # paths without checks pass anything through to vLLM
         ("/tokenize", {"prompt": "hi", "structured_outputs": 1}),
@@ -99,3 +103,48 @@ def test_the_checked_shapes_still_crash_vllms_request_model() -> None:
     params = request.to_sampling_params(16, {})
     with pytest.raises(OverflowError):  # ... and the engine client cannot send it
         serial.MsgpackEncoder().encode(params)
+
+
+def test_the_integer_fields_are_vllms() -> None:
+    """``INT_FIELDS`` lists the fields vLLM's request models read as integers (a string
+    there is parsed as one); when this fails, the pinned vLLM's models changed."""
+    import typing
+
+    chat = pytest.importorskip("vllm.entrypoints.openai.chat_completion.protocol")
+    completion = pytest.importorskip("vllm.entrypoints.openai.completion.protocol")
+
+    def leaves(t: Any) -> set[Any]:
+        args = typing.get_args(t)
+        if not args or typing.get_origin(t) is list:
+            return {t}
+        return set().union(*(leaves(a) for a in args))
+
+    found = set()
+    for model in (chat.ChatCompletionRequest, completion.CompletionRequest):
+        for name, f in model.model_fields.items():
+            kinds = leaves(f.annotation)
+            if int in kinds and str not in kinds:
+                found.add(name)
+    assert found == INT_FIELDS
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [
+        ("12", 12), (" +5 ", 5), ("-5", -5), ("1_000", 1000), ("12.000", 12), (2.0, 2),
+        (True, 1), ("1.5", None), ("1e3", None), ("0x10", None), ("\u0661", None),
+        ("1__0", None), (2.5, None), (None, None),
+    ],
+)  # fmt: skip
+def test_lax_int_reads_what_pydantic_reads(value: Any, read: int | None) -> None:
+    from pydantic import BaseModel, ValidationError
+
+    class M(BaseModel):
+        x: int | None = None
+
+    assert lax_int(value) == read
+    if value is not None:
+        try:
+            assert M(x=value).x == read
+        except ValidationError:
+            assert read is None
