@@ -10,6 +10,7 @@ request whose client left) is tested against the real engine in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -95,3 +96,43 @@ def test_a_finished_start_leaves_the_call_to_its_reader() -> None:
     assert started.replica_id == "r1"
     assert started.head.status == 200
     assert [c.cancelled for c in handle.calls] == [False]
+
+
+@pytest.mark.parametrize("when", ["at-first-receive", "client-already-gone"])
+def test_a_stream_handed_to_starlette_always_runs_its_cleanup(when: str) -> None:
+    """The ingress starts the replica call and holds a key's stream slot *before* it returns
+    the ``StreamingResponse``; both are released in the body generator's ``finally``. That
+    is only safe if the generator always starts, even when the client leaves between the
+    handler's return and the first chunk. Starlette (over anyio) starts it before a
+    cancellation reaches it; this pins that, so an upgrade that changes it fails here."""
+    from starlette.responses import StreamingResponse
+
+    ran: list[str] = []
+
+    async def body() -> Any:
+        try:
+            ran.append("start")
+            await asyncio.sleep(5)
+            yield b"data: x\n\n"
+        finally:
+            ran.append("finally")
+
+    async def main() -> None:
+        response = StreamingResponse(body(), media_type="text/event-stream")
+
+        async def receive() -> dict[str, Any]:
+            if when == "at-first-receive":  # Serve cancels the handler's task right here
+                task = asyncio.current_task()
+                assert task is not None
+                task.cancel()
+                await asyncio.sleep(10)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            pass
+
+        with contextlib.suppress(asyncio.CancelledError):
+            await response({"type": "http"}, receive, send)
+
+    asyncio.run(main())
+    assert ran == ["start", "finally"]
