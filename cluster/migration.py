@@ -170,7 +170,8 @@ def continuation(
         out[key] = left
     if isinstance(out.get("min_tokens"), int):
         out["min_tokens"] = max(0, out["min_tokens"] - emitted_tokens)
-    out["echo"] = False
+    if out.get("echo"):
+        out["echo"] = False  # only when asked: the simulated engine's chat has no echo field
     if path == COMPLETIONS:
         if isinstance(out["prompt"], str):
             out["prompt"] = out["prompt"] + log.generated

@@ -76,6 +76,7 @@ def test_chat_continuation_appends_the_assistant_text() -> None:
     assert out["continue_final_message"] is True
     assert out["add_generation_prompt"] is False
     assert out["max_tokens"] == 7
+    assert "echo" not in out  # not added: the simulated engine's chat model forbids it
     assert body["messages"] == [{"role": "user", "content": "story"}]  # original untouched
 
 
@@ -188,3 +189,17 @@ def test_closing_events_finish_and_usage_when_the_replica_died_at_the_end() -> N
     first = json.loads(out2.split(b"\n\n")[0][6:])
     assert first["choices"][0]["finish_reason"] == "length"
     assert out2.endswith(b"data: [DONE]\n\n")
+
+
+def test_continuations_are_valid_for_the_simulated_engine() -> None:
+    """The simulated engine's request models forbid fields they do not know (chat has no
+    ``echo``): a continuation must not add one. Found by the component kill test, after
+    ``echo: false`` was added to every continuation."""
+    from replicas.openai_lite.protocol import ChatRequest, CompletionRequest, validate
+
+    msgs = [{"role": "user", "content": "story"}]
+    common = {"model": "m", "stream": True, "max_tokens": 10, "ignore_eos": True}
+    chat = continuation(CHAT, {**common, "messages": msgs}, StreamLog(CHAT, text="Once"), [1])
+    validate(ChatRequest, chat)
+    done = continuation(COMPLETIONS, {**common, "prompt": "a"}, StreamLog(COMPLETIONS), [1])
+    validate(CompletionRequest, done)
