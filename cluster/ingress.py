@@ -280,7 +280,10 @@ class OpenAIIngress:
             self.guard.settle(grant, None)  # charged in full: the work may have been done
             raise
         usage = body_usage(data)  # parsed once: quotas and the edge metrics
-        self.guard.settle(grant, None if usage is None else sum(usage))  # unused refunded
+        if started.head.status >= 400:  # refused or failed: no tokens charged (the request
+            self.guard.settle(grant, 0)  # still counts against requests per minute)
+        else:
+            self.guard.settle(grant, None if usage is None else sum(usage))  # unused refunded
         if rec is not None and self.edge is not None:
             rec.prompt_tokens, rec.output_tokens = usage or (0, 0)
             self.edge.finish(rec)

@@ -349,6 +349,8 @@ def prepare(path: str, raw: bytes, tokenizer: Any, limits: Limits) -> Prepared:
     longest = cut if cut is not None else max(counts) if counts else len(ids)
     sequences = choices(path, body, limits, len(batch) if batch is not None else 1)
     expected = apply_token_limits(path, body, longest, limits) * sequences
+    if path not in GENERATE_PATHS:
+        expected = 0  # /tokenize, /detokenize: no output to charge or weigh
     prefix = GENERATE_PATHS.get(path, "req")
     rid = f"{prefix}-{uuid.uuid4().hex}"
     user = body.get("user")

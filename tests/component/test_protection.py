@@ -33,6 +33,7 @@ def guarded_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> 
     KEYS["user"] = add_key(path, "app")
     KEYS["rpm"] = add_key(path, "small", limits=KeyLimits(requests_per_min=3))
     KEYS["streams"] = add_key(path, "one", limits=KeyLimits(max_streams=1))
+    KEYS["tpm"] = add_key(path, "few-tokens", limits=KeyLimits(tokens_per_min=100))
     deploy_app(fleet_config(api_keys_file=str(path)), timeout_s=180)
     yield
     delete_app()
@@ -101,6 +102,24 @@ def test_requests_per_minute_quota(guarded_app: None) -> None:
         f"{TEST_URL}/v1/completions", json=_completion(), headers=_auth("user"), timeout=30
     )
     assert ok.status_code == 200  # another key is unaffected
+
+
+def test_tokens_are_charged_for_generation_only(guarded_app: None) -> None:
+    """A request the engine refuses, and a route that generates nothing, cost no tokens
+    (they still count as requests). Found by hand: every 4xx was charged its prompt plus
+    ``max_tokens``, and ``/tokenize`` the default ``max_tokens`` (256), so a key with 100
+    tokens a minute could never call it ("Request too large")."""
+    url = f"{TEST_URL}/v1/completions"
+    for _ in range(4):  # 4 x (3 + 60) charged would be far above 100
+        bad = httpx.post(url, json=_completion(max_tokens=60, temperature=-1),
+                         headers=_auth("tpm"), timeout=30)  # fmt: skip
+        assert bad.status_code == 400, bad.text
+    for _ in range(3):
+        r = httpx.post(f"{TEST_URL}/tokenize", json={"model": MODEL, "prompt": "hi"},
+                       headers=_auth("tpm"), timeout=30)  # fmt: skip
+        assert r.status_code != 429, r.text  # the simulated engine has no /tokenize (404)
+    ok = httpx.post(url, json=_completion(max_tokens=60), headers=_auth("tpm"), timeout=30)
+    assert ok.status_code == 200, ok.text
 
 
 def test_concurrent_streams_quota(guarded_app: None) -> None:

@@ -248,6 +248,12 @@ def test_a_truncated_prompt_is_not_refused_for_its_length(tokenizer: Any) -> Non
     assert e.code == "context_length_exceeded"  # without truncation, refused as before
 
 
+def test_routes_that_generate_nothing_expect_no_output(tokenizer: Any) -> None:
+    for path, body in (("/tokenize", {"model": "m", "prompt": "hi"}), ("/detokenize", {"model": "m", "tokens": [1, 2]})):  # fmt: skip
+        p = _prep(path, body, tokenizer)
+        assert (p.view.expected_output_tokens, p.prompt_tokens) == (0, 0)  # quotas charge 0
+
+
 def test_token_ids_out_of_vocab(tokenizer: Any) -> None:
     e = err_of(_prep, "/v1/completions", {"model": "m", "prompt": [1, 10**9]}, tokenizer)
     assert e.param == "prompt"
