@@ -91,6 +91,7 @@ def api_error_body(
 MAX_JSON_DEPTH = 128  # arrays and objects inside one another (a deep JSON schema fits)
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_TOO_DEEP = object()
 
 
 def decode_json(raw: bytes) -> dict[str, Any]:
@@ -104,11 +105,13 @@ def decode_json(raw: bytes) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise APIError(400, f"request body is not valid JSON: {err}", code="invalid_json") from None
     except RecursionError:
-        data = None  # nested far too deeply: refused below
-    if data is not None and not isinstance(data, dict):
+        data = _TOO_DEEP  # nested far too deeply: refused below
+    if data is not _TOO_DEEP and not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object", code="invalid_json")
     problem = (
-        "nesting" if data is None else _shape_problem(data, bool(_SURROGATE_ESCAPE.search(raw)))
+        "nesting"
+        if data is _TOO_DEEP
+        else _shape_problem(data, bool(_SURROGATE_ESCAPE.search(raw)))
     )
     if problem == "nesting":
         raise APIError(

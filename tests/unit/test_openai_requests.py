@@ -25,6 +25,8 @@ def test_malformed_json_and_non_object() -> None:
     e = err_of(decode_json, b"{nope")
     assert (e.status, e.code) == (400, "invalid_json")
     assert err_of(decode_json, b"[1, 2]").code == "invalid_json"
+    for raw in (b"null", b"1", b'"x"'):
+        assert err_of(decode_json, raw).message == "request body must be a JSON object"
     assert err_of(decode_json, b"\xff\xfe").status == 400
 
 
