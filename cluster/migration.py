@@ -35,7 +35,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.request_prep import output_limit_field
+from cluster.request_fields import output_limit_field
 
 FOLD_BYTES = 256 * 1024
 DONE_EVENT = b"data: [DONE]\n\n"

@@ -27,7 +27,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.request_checks import check_body, lax_int
+from cluster.request_checks import check_body
+from cluster.request_fields import normalize_lax, output_limit_field
 from contracts.http import APIError, ForwardedRequest, decode_json
 from router.ray_compat import RoutedPayload
 from router.types import RequestView
@@ -207,19 +208,6 @@ def check_context(path: str, n_prompt: int, limits: Limits, at_least: bool = Fal
         )
 
 
-def output_limit_field(path: str, body: dict[str, Any]) -> str:
-    """The field that bounds a request's output, as vLLM reads it: on chat,
-    ``max_completion_tokens`` whenever it is given (``max_tokens``, deprecated, is then
-    ignored), else ``max_tokens``; ``max_completion_tokens`` when neither is."""
-    if path == "/v1/responses":
-        return "max_output_tokens"
-    if path == "/v1/chat/completions" and (
-        body.get("max_completion_tokens") is not None or body.get("max_tokens") is None
-    ):
-        return "max_completion_tokens"
-    return "max_tokens"
-
-
 def apply_token_limits(path: str, body: dict[str, Any], n_prompt: int, limits: Limits) -> int:
     """Enforce the fleet's cap; fill in its default. Returns the expected output tokens."""
     field = output_limit_field(path, body)
@@ -271,52 +259,6 @@ def choices(path: str, body: dict[str, Any], limits: Limits, prompts: int = 1) -
             code="invalid_value",
         )
     return most * prompts
-
-
-# Fields the ingress reads, and vLLM's models accept in pydantic's lax forms ("16", 16.0,
-# "true"): they are forwarded in their plain type, so the caps, the quotas, the stream
-# detection and a migration see what the engine will run.
-LAX_INTS = (
-    "max_tokens",
-    "max_completion_tokens",
-    "max_output_tokens",
-    "min_tokens",
-    "n",
-    "best_of",
-    "truncate_prompt_tokens",
-)
-LAX_BOOLS = ("stream", "echo", "continue_final_message", "add_generation_prompt", "use_beam_search")
-_TRUE = {"1", "on", "t", "true", "y", "yes"}
-_FALSE = {"0", "off", "f", "false", "n", "no"}
-
-
-def lax_bool(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | float) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str):
-        text = value.strip().lower()
-        return True if text in _TRUE else False if text in _FALSE else None
-    return None
-
-
-def normalize_lax(body: dict[str, Any]) -> None:
-    """Rewrite the fields of ``LAX_INTS`` / ``LAX_BOOLS`` that hold a lax form as their plain
-    value (found by hand: ``max_tokens: "1100"`` passed a cap of 1,024, ``n: "130"`` one of
-    128, and vLLM ran both)."""
-    for name in LAX_INTS:
-        value = body.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            plain = lax_int(value)
-            if plain is not None:
-                body[name] = plain
-    for name in LAX_BOOLS:
-        value = body.get(name)
-        if value is not None and not isinstance(value, bool):
-            flag = lax_bool(value)
-            if flag is not None:
-                body[name] = flag
 
 
 def truncation(body: dict[str, Any], limits: Limits) -> int | None:
