@@ -183,7 +183,7 @@ class ServerConfig(_Strict):
         None,
         ge=1,
         le=64,
-        description="Ingress replicas (each runs its own router; quotas are split between them). Unset: 2 when the fleet may have several engine replicas (prefix and sglang-tree routers share what they learn between ingress replicas), except with ray-prefix (its routers learn apart: two would split each prefix's cache hits), else 1; always 1 with ingress: direct.",
+        description="Ingress replicas (each runs its own router; they share the keys' quota use). Unset: 2 when the fleet may have several engine replicas (prefix and sglang-tree routers share what they learn between ingress replicas), except with ray-prefix (its routers learn apart: two would split each prefix's cache hits), else 1; always 1 with ingress: direct.",
     )
     api_keys_file: str | None = Field(
         None,

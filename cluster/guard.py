@@ -8,7 +8,8 @@
   tokens + the output tokens it may produce); a refusal is 429 with ``Retry-After`` and
   OpenAI's ``x-ratelimit-*`` headers, which successful answers carry too. The ticket is
   settled when the request ends (unused output tokens refunded).
-- With N ingress replicas each enforces 1/N of every limit (``quotas.py`` states the
+- With N ingress replicas each enforces the whole limit against the fleet's use, shared by
+  ``quota_sync.py``, or 1/N of it while the sharing is down (``quotas.py`` states the
   tolerance).
 """
 

@@ -29,10 +29,11 @@ from cluster.breaker import CircuitBreaker
 from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage
 from cluster.guard import Guard, Pass
 from cluster.openapi_spec import build_openapi
+from cluster.quota_sync import QUOTA_CHANNEL, QuotaSync
 from cluster.relay import Relay, RelaySettings, Started
 from cluster.request_prep import GENERATE_PATHS, Limits, Prepared, prepare, resubmit
 from contracts.http import JSON, SSE, APIError
-from replicas.status_registry import fleet_snapshot
+from replicas.status_registry import ACTOR_NAME, fleet_snapshot
 from router.admission import ledger_for
 
 log = logging.getLogger("llmfleet.ingress")
@@ -137,6 +138,12 @@ class OpenAIIngress:
             settings.get("api_keys_file"),
             share=settings.get("quota_share", 1.0),
             rank=_replica_rank(),
+        )
+        # several ingress replicas: each counts the others' quota use (cluster/quota_sync.py)
+        self.quota_sync = (
+            QuotaSync(self.guard.quotas, ACTOR_NAME, QUOTA_CHANNEL)
+            if self.guard.on and settings.get("quota_share", 1.0) < 1.0
+            else None
         )
         relay = RelaySettings(
             admission_timeout_s=float(settings.get("admission_timeout_s", 10.0)),
@@ -257,6 +264,8 @@ class OpenAIIngress:
             from cluster.relay import unavailable
 
             raise unavailable()
+        if self.quota_sync is not None:
+            self.quota_sync.start()  # once, on this replica's event loop
         grant = self.guard.admit(key, prep.prompt_tokens + prep.view.expected_output_tokens)
         try:
             started = await self.relay.start(prep.payload)

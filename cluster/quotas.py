@@ -15,19 +15,27 @@ Algorithm
     tokens not generated (charged − used, never filling a bucket above its capacity) and
     releases the in-flight slot; settling a ticket twice does nothing.
 Knobs
-    ``share`` (default 1.0) scales every limit: each of N ingress replicas enforces limit/N
+    ``share`` (default 1.0) scales every limit in split mode: each of N replicas enforces limit/N
     (``share = 1/N``), at least 1 per bucket. Concurrent streams are whole: the ingress of
     ``rank`` r (0..N-1, Serve's replica rank) gets limit // N, plus one if r < limit % N,
     so the parts add up to the limit (3 streams over 2 ingresses: 2 + 1, not 1 + 1); a
     limit below N gives every ingress 1. ``clock`` (default ``time.monotonic``) is injected
     for tests and simulations.
-Fleet-wide tolerance
-    Serve's proxy spreads requests over the N ingress replicas and each admits at most
-    limit/N per minute, so the fleet total never exceeds the limit (except for limits below
-    N, where the floor of 1 per replica allows up to N). The cost is early refusal: a key
-    whose traffic lands unevenly is refused on a busier replica while another still holds
-    room, by up to the imbalance of the spread; and a single request costing more than
-    tokens_per_min × share is refused everywhere (``tokens_exceed_limit``).
+Fleet-wide: shared mode (the default with N > 1 ingress replicas) and the split fallback
+    Serve's proxy spreads a key's requests over the N ingress replicas. In **shared** mode
+    (``set_shared(True)``, switched by ``cluster/quota_sync.py`` while the peers' usage
+    reaches this limiter) every replica enforces the whole limit against the fleet's use:
+    its own admissions and settlements, plus the peers' (``record_peer``: their buckets'
+    debits and refunds, and their open streams, which count until the peer has been silent
+    for ``PEER_STALE_S``). The buckets may go below zero (down to -capacity) when peers
+    spent concurrently. Tolerance: the fleet can exceed a limit only by what other replicas
+    admitted within one sync delay (a few milliseconds, at most ``quota_sync``'s interval
+    plus one actor round trip), and no request is refused while the fleet has room.
+    In **split** mode (no sync yet, or it failed) each replica enforces its part of every
+    limit (below), so the fleet total never exceeds the limit (except for limits below N,
+    where the floor of 1 per replica allows up to N); the cost is early refusal when a key's
+    traffic lands unevenly, and a request costing more than tokens_per_min × share is
+    refused (``tokens_exceed_limit``). Peers' usage is ignored in split mode.
 Memory
     A key's state is forgotten once it has been idle for more than ``IDLE_FORGET_S`` with
     both buckets full and nothing in flight (a fresh state is identical); a sweep over all
@@ -37,7 +45,8 @@ Contract
     - Every ok ``Admission`` carries a ``Ticket`` that the caller settles exactly once when
       the request ends (done, failed or cancelled); an unsettled ticket holds its stream slot.
     - Headers are OpenAI's ``x-ratelimit-*`` for the limits the key has: the limit is the
-      key's configured one, remaining/reset come from this limiter's (share-scaled) bucket.
+      key's configured one, remaining/reset come from this limiter's bucket (the fleet's
+      view in shared mode, this replica's part in split mode).
       A refusal adds ``retry-after``, except ``tokens_exceed_limit``, which no wait can fix.
 """
 
@@ -47,12 +56,13 @@ import itertools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 IDLE_FORGET_S = 120.0
 SWEEP_EVERY_S = 60.0
 STREAMS_RETRY_S = 1.0
+PEER_STALE_S = 10.0  # a peer's open streams stop counting after this long without a word
 _EPS = 1e-9
 
 
@@ -83,18 +93,22 @@ class Admission:
 
 
 class TokenBucket:
-    __slots__ = ("capacity", "level", "rate", "stamp")
+    __slots__ = ("capacity", "level", "limit", "rate", "stamp")
 
-    def __init__(self, capacity: float, now: float) -> None:
+    def __init__(self, capacity: float, now: float, limit: int = 0) -> None:
+        self.limit = limit  # the key's configured limit (capacity is its scaled part)
         self.capacity = capacity
         self.rate = capacity / 60.0
         self.level = capacity
         self.stamp = now
 
     def resize(self, capacity: float) -> None:
+        """A larger capacity keeps what was spent (the level rises by the difference); a
+        smaller one cuts the level to it."""
         if capacity != self.capacity:
+            grown = max(0.0, capacity - self.capacity)
             self.capacity, self.rate = capacity, capacity / 60.0
-            self.level = min(self.level, capacity)
+            self.level = min(self.level + grown, capacity)
 
     def refill(self, now: float) -> None:
         if now > self.stamp:
@@ -120,10 +134,20 @@ class _KeyState:
     tokens: TokenBucket | None = None
     in_flight: int = 0
     last_seen: float = 0.0
+    # peers' spending (requests, tokens) before this replica knew the key's limits, as of
+    # ``owed_at``: a bucket made later starts that much below full (refilled since then)
+    owed: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    owed_at: float = 0.0
 
     def idle(self) -> bool:
         full = all(b is None or b.full() for b in (self.requests, self.tokens))
         return full and self.in_flight == 0
+
+
+@dataclass(slots=True)
+class _Peer:
+    streams: dict[str, int]
+    seen: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +195,95 @@ class QuotaLimiter:
         self._open: dict[int, Ticket] = {}
         self._ids = itertools.count(1)
         self._last_sweep = clock()
+        self._shared = False
+        self._peers: dict[str, _Peer] = {}
+        self._spent: dict[str, list[float]] = {}  # (requests, tokens) since take_usage
+        self._on_use: Callable[[], None] | None = None  # set by share_with
+
+    @property
+    def shared(self) -> bool:
+        return self._shared
+
+    def share_with(self, on_use: Callable[[], None]) -> None:
+        """Start noting this replica's use for ``take_usage``; ``on_use`` is called (cheap,
+        synchronous) after each admission or settlement."""
+        self._on_use = on_use
+
+    def set_shared(self, on: bool) -> None:
+        """Shared mode (whole limits, the peers' use counted) or split mode (this replica's
+        part). The buckets keep what they spent (``TokenBucket.resize``)."""
+        if on != self._shared:
+            self._shared = on
+            now = self._clock()
+            for state in self._keys.values():
+                for bucket in (state.requests, state.tokens):
+                    if bucket is not None:
+                        bucket.refill(now)
+                        bucket.resize(self._capacity(bucket.limit))
+
+    def take_usage(self) -> tuple[dict[str, tuple[float, float]], dict[str, int]] | None:
+        """What this replica spent since the last call, per key (requests, tokens; a refund
+        is negative tokens), and its open streams per key; None when nothing was spent."""
+        if not self._spent:
+            return None
+        spent = {k: (v[0], v[1]) for k, v in self._spent.items()}
+        self._spent.clear()
+        return spent, self.open_streams()
+
+    def open_streams(self) -> dict[str, int]:
+        return {k: s.in_flight for k, s in self._keys.items() if s.in_flight > 0}
+
+    def record_peer(
+        self,
+        origin: str,
+        spent: dict[str, tuple[float, float]],
+        streams: dict[str, int] | None,
+    ) -> None:
+        """A peer's use (``take_usage`` of another replica): debits or refunds this
+        replica's buckets and replaces that peer's open-stream counts. Ignored in split
+        mode, where each replica enforces only its own part."""
+        if not self._shared:
+            return
+        now = self._clock()
+        for key_id, amounts in spent.items():
+            state = self._keys.get(key_id)
+            if state is None:
+                state = self._keys[key_id] = _KeyState(last_seen=now)
+            for i, bucket in enumerate((state.requests, state.tokens)):
+                if bucket is None:
+                    state.owed[i] += amounts[i]
+                    state.owed_at = now
+                else:
+                    bucket.refill(now)
+                    bucket.level = min(bucket.capacity, bucket.level - amounts[i])
+                    bucket.level = max(-bucket.capacity, bucket.level)
+        if streams is not None:
+            self._peers[origin] = _Peer(dict(streams), now)
+
+    def fleet_streams(self, key_id: str) -> int:
+        """Open streams of a key: this replica's, plus (shared mode) its peers'."""
+        return self._streams(key_id, self._clock())
+
+    def _streams(self, key_id: str, now: float) -> int:
+        state = self._keys.get(key_id)
+        n = state.in_flight if state else 0
+        if self._shared:
+            for peer in self._peers.values():
+                if now - peer.seen < PEER_STALE_S:
+                    n += peer.streams.get(key_id, 0)
+        return n
+
+    def _split(self) -> bool:
+        """Split mode with several replicas: limits are this replica's part."""
+        return not self._shared and self._share != 1.0
+
+    def _note(self, key_id: str, requests: float, tokens: float) -> None:
+        if self._on_use is None:
+            return
+        row = self._spent.setdefault(key_id, [0.0, 0.0])
+        row[0] += requests
+        row[1] += tokens
+        self._on_use()
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -184,7 +297,7 @@ class QuotaLimiter:
         self._maybe_sweep(now)
         state = self._state(key_id, limits, now)
         cost = max(0, int(tokens)) if state.tokens is not None else 0
-        refusal = self._check(state, limits, cost)
+        refusal = self._check(key_id, state, limits, cost)
         if refusal is None:
             if state.requests is not None:
                 state.requests.level -= 1
@@ -193,6 +306,7 @@ class QuotaLimiter:
             state.in_flight += 1
             ticket = Ticket(id=next(self._ids), key_id=key_id, tokens=cost)
             self._open[ticket.id] = ticket
+            self._note(key_id, 1 if state.requests is not None else 0, cost)
             return Admission(True, ticket, 0.0, "", "", self._headers(state, limits))
         headers = self._headers(state, limits)
         if refusal.reason != "tokens_exceed_limit":
@@ -212,33 +326,45 @@ class QuotaLimiter:
         if state.tokens is not None and refund > 0:
             state.tokens.refill(now)
             state.tokens.level = min(state.tokens.capacity, state.tokens.level + refund)
+        else:
+            refund = 0
+        self._note(ticket.key_id, 0, -refund)  # the stream's end reaches the peers too
 
     # ---- internals ------------------------------------------------------------------
-    def _scaled(self, limit: int) -> float:
-        return max(1.0, limit * self._share)
+    def _capacity(self, limit: int) -> float:
+        return float(limit) if self._shared else max(1.0, limit * self._share)
 
     def _state(self, key_id: str, limits: LimitsLike, now: float) -> _KeyState:
         state = self._keys.get(key_id)
         if state is None:
             state = self._keys[key_id] = _KeyState()
         state.last_seen = now
-        state.requests = self._bucket(state.requests, limits.requests_per_min, now)
-        state.tokens = self._bucket(state.tokens, limits.tokens_per_min, now)
+        state.requests = self._bucket(state, 0, limits.requests_per_min, now)
+        state.tokens = self._bucket(state, 1, limits.tokens_per_min, now)
         return state
 
     def _bucket(
-        self, bucket: TokenBucket | None, limit: int | None, now: float
+        self, state: _KeyState, i: int, limit: int | None, now: float
     ) -> TokenBucket | None:
+        bucket = (state.requests, state.tokens)[i]
         if limit is None:
             return None
-        capacity = self._scaled(limit)
+        capacity = self._capacity(limit)
         if bucket is None:
-            return TokenBucket(capacity, now)
+            bucket = TokenBucket(capacity, now, limit)
+            if state.owed[i]:  # peers spent before this replica knew the key's limits
+                refilled = (now - state.owed_at) * bucket.rate
+                bucket.level = max(-capacity, min(capacity, capacity - state.owed[i] + refilled))
+                state.owed[i] = 0.0
+            return bucket
+        bucket.limit = limit
         bucket.resize(capacity)
         bucket.refill(now)
         return bucket
 
-    def _check(self, state: _KeyState, limits: LimitsLike, cost: int) -> _Refusal | None:
+    def _check(
+        self, key_id: str, state: _KeyState, limits: LimitsLike, cost: int
+    ) -> _Refusal | None:
         tpm, tb = limits.tokens_per_min, state.tokens
         if tpm is not None and tb is not None and cost > tb.capacity + _EPS:
             message = (
@@ -263,33 +389,36 @@ class QuotaLimiter:
                 f"Retry after {format_duration(wait)}."
             )
             refusals.append(_Refusal(reason, wait, message))
-        streams = self._check_streams(state, limits.max_streams)
+        streams = self._check_streams(key_id, limits.max_streams)
         if streams is not None:
             refusals.append(streams)
         return max(refusals, key=lambda r: r.wait_s, default=None)
 
-    def _check_streams(self, state: _KeyState, limit: int | None) -> _Refusal | None:
+    def _check_streams(self, key_id: str, limit: int | None) -> _Refusal | None:
         if limit is None:
             return None
         cap = self.stream_cap(limit)
-        if state.in_flight < cap:
+        n = self._streams(key_id, self._clock())
+        if n < cap:
             return None
-        per = "" if self._share == 1.0 else f" ({cap} per ingress)"
+        per = f" ({cap} per ingress)" if self._split() else ""
         message = (
             f"Rate limit reached for concurrent requests: limit {limit}{per}, "
-            f"in flight {state.in_flight}. Retry after {format_duration(STREAMS_RETRY_S)}."
+            f"in flight {n}. Retry after {format_duration(STREAMS_RETRY_S)}."
         )
         return _Refusal("streams", STREAMS_RETRY_S, message)
 
     def stream_cap(self, limit: int) -> int:
-        """This ingress's part of a key's concurrent-stream limit."""
+        """This ingress's part of a key's concurrent-stream limit (all of it when shared)."""
+        if self._shared:
+            return limit
         n = self._parts
         if limit < n:
             return 1
         return limit // n + (1 if self._rank < limit % n else 0)
 
     def _per_ingress(self, bucket: TokenBucket) -> str:
-        return "" if self._share == 1.0 else f" ({_fmt(bucket.capacity)} per ingress)"
+        return f" ({_fmt(bucket.capacity)} per ingress)" if self._split() else ""
 
     def _headers(self, state: _KeyState, limits: LimitsLike) -> dict[str, str]:
         headers: dict[str, str] = {}
@@ -308,6 +437,8 @@ class QuotaLimiter:
         if now - self._last_sweep < SWEEP_EVERY_S:
             return
         self._last_sweep = now
+        for origin in [o for o, p in self._peers.items() if now - p.seen > IDLE_FORGET_S]:
+            del self._peers[origin]
         stale: list[str] = []
         for key_id, state in self._keys.items():
             if now - state.last_seen > IDLE_FORGET_S:

@@ -1,0 +1,208 @@
+"""Ingress replicas share their keys' quota use, so every one enforces the whole limit.
+
+Why: Serve's proxy spreads a key's requests over the N ingress replicas. If each enforced
+limit/N, a key with ``max_streams: 2`` would see its second stream refused whenever both
+landed on one replica, and a request costing more than tokens_per_min/N would never pass.
+Instead each replica's limiter (``cluster/quotas.py``, shared mode) counts the fleet's use:
+this module carries every replica's spending and open streams to the others.
+
+Flow (the status actor's shared log, ``replicas/route_log.py``, on its own channel)::
+
+    ingress A                           status actor                    ingress B
+    admit/settle ─► take_usage() ─► append_routes(ch, A, batch) ─► log ─┐
+                                             routes_since(ch, seq, not B) ◄┘
+                                             record_peer(A, spent, streams) ─► B's buckets
+
+Wire: JSON ``{"v": 1, "t": wall seconds, "spent": {key_id: [requests, tokens]},
+"streams": {key_id: open}}``; key ids are key names' digests, never secrets. ``streams`` is
+the sender's whole map, so a lost batch is healed by the next; a replica with open streams
+re-sends it every ``heartbeat_s`` so its peers keep counting them, and stop
+(``quotas.PEER_STALE_S``) once it is gone. Spending older than a minute (a replica starting
+reads the log from its start) is skipped: the buckets would have refilled it.
+Health: the limiter is in shared mode while the long poll answers (at least every
+``wait_s``) and sends succeed; a failure or a timeout puts it back in split mode (each
+replica its part: never over the limit, possibly early refusals) until the next answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from cluster.quotas import QuotaLimiter
+
+log = logging.getLogger(__name__)
+
+WIRE_VERSION = 1
+MAX_AGE_S = 60.0
+QUOTA_CHANNEL = "llmfleet/quota"
+
+
+def encode(spent: dict[str, tuple[float, float]], streams: dict[str, int], t: float) -> bytes:
+    body = {
+        "v": WIRE_VERSION,
+        "t": t,
+        "spent": {k: [v[0], v[1]] for k, v in spent.items()},
+        "streams": streams,
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode(batch: bytes) -> tuple[float, dict[str, tuple[float, float]], dict[str, int]]:
+    """(sent at, spent, streams); raises ValueError/TypeError/KeyError on a bad batch."""
+    body = json.loads(batch)
+    if body.get("v") != WIRE_VERSION:
+        raise ValueError(f"unsupported quota batch version: {body.get('v')!r}")
+    spent = {str(k): (float(v[0]), float(v[1])) for k, v in body["spent"].items()}
+    streams = {str(k): max(0, int(v)) for k, v in body["streams"].items()}
+    return float(body["t"]), spent, streams
+
+
+def apply_batches(
+    limiter: QuotaLimiter, batches: list[tuple[str, bytes]], own: str, now_wall: float
+) -> int:
+    """Hand the peers' batches to ``limiter``; returns how many could not be read."""
+    bad = 0
+    for origin, batch in batches:
+        if origin == own:
+            continue
+        try:
+            sent, spent, streams = decode(batch)
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+            bad += 1
+            continue
+        if now_wall - sent > MAX_AGE_S:
+            spent = {}  # refilled by now; the stream counts are superseded by newer batches
+        limiter.record_peer(origin, spent, streams)
+    return bad
+
+
+class QuotaSync:
+    def __init__(
+        self,
+        limiter: QuotaLimiter,
+        store: str,
+        channel: str,
+        namespace: str = "llmfleet",
+        min_interval_s: float = 0.005,
+        heartbeat_s: float = 2.0,
+        wait_s: float = 2.0,
+        timeout_s: float = 2.0,
+        retry_s: float = 1.0,
+    ) -> None:
+        self.limiter = limiter
+        self.store, self.channel, self.namespace = store, channel, namespace
+        self.min_interval_s = min_interval_s
+        self.heartbeat_s = heartbeat_s
+        self.wait_s, self.timeout_s, self.retry_s = wait_s, timeout_s, retry_s
+        self.origin = uuid.uuid4().hex[:12]
+        self.errors = 0
+        self.bad = 0
+        self._epoch, self._seq = "", 0
+        self._send_ok = True
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Launch the sender and the receiver on the running loop (once)."""
+        if self._tasks:
+            return
+        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._loop = loop
+        self.limiter.share_with(self._poke)
+        self._tasks = [loop.create_task(self._send()), loop.create_task(self._receive())]
+
+    def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self.limiter.set_shared(False)
+
+    def _actor(self) -> Any:
+        import ray
+
+        try:
+            return ray.get_actor(self.store, namespace=self.namespace)
+        except ValueError:
+            return None
+
+    def _failed(self, what: str, err: BaseException) -> None:
+        self.limiter.set_shared(False)
+        self.errors += 1
+        if self.errors == 1 or self.errors % 100 == 0:
+            log.warning("quota sharing: %s failed (%d so far): %r", what, self.errors, err)
+
+    async def _send(self) -> None:
+        assert self._wake is not None
+        actor = None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.heartbeat_s)
+            self._wake.clear()
+            taken = self.limiter.take_usage()
+            if taken is None:
+                streams = self.limiter.open_streams()
+                if not streams:
+                    continue
+                taken = ({}, streams)  # heartbeat: the peers keep counting our streams
+            try:
+                actor = actor or self._actor()
+                if actor is None:
+                    raise RuntimeError(f"no actor {self.store}")
+                batch = encode(taken[0], taken[1], time.time())
+                call = actor.append_routes.remote(self.channel, self.origin, batch)
+                await asyncio.wait_for(call, self.timeout_s)
+                self._send_ok = True
+            except Exception as err:  # this batch is lost to the peers: split until healed
+                actor, self._send_ok = None, False
+                self._failed("send", err)
+                await asyncio.sleep(self.retry_s)
+                self._wake.set()  # send the open streams again
+            await asyncio.sleep(self.min_interval_s)
+
+    async def _receive(self) -> None:
+        actor = None
+        while True:
+            try:
+                actor = actor or self._actor()
+                if actor is None:
+                    raise RuntimeError(f"no actor {self.store}")
+                wait = self.wait_s if self.limiter.shared else 0.0  # split: heal at once
+                call = actor.routes_since.remote(
+                    self.channel, self._epoch, self._seq, self.origin, wait
+                )
+                epoch, nxt, batches = await asyncio.wait_for(call, wait + self.timeout_s)
+                if epoch != self._epoch and self._epoch:
+                    self._wake_sender()  # a new log: tell the peers our open streams again
+                self._epoch, self._seq = epoch, nxt
+                self.limiter.set_shared(self._send_ok)
+                self.bad += apply_batches(self.limiter, batches, self.origin, time.time())
+                if not self.limiter.shared:  # sends fail: poll again once they may not
+                    await asyncio.sleep(self.retry_s)
+            except Exception as err:
+                actor = None
+                self._failed("receive", err)
+                await asyncio.sleep(self.retry_s)
+
+    def _poke(self) -> None:
+        """After an admission or settlement: wake the sender (from any thread)."""
+        if self._wake is None or self._wake.is_set():
+            return
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is self._loop:
+            self._wake.set()
+        elif self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    def _wake_sender(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
