@@ -29,11 +29,11 @@ from cluster.breaker import CircuitBreaker
 from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage
 from cluster.guard import Guard, Pass
 from cluster.openapi_spec import build_openapi
-from cluster.quota_sync import QUOTA_CHANNEL, QuotaSync
+from cluster.quota_sync import QuotaSync
 from cluster.relay import Relay, RelaySettings, Started
 from cluster.request_prep import GENERATE_PATHS, Limits, Prepared, prepare, resubmit
 from contracts.http import JSON, SSE, APIError
-from replicas.status_registry import ACTOR_NAME, fleet_snapshot
+from replicas.status_registry import fleet_snapshot
 from router.admission import ledger_for
 
 log = logging.getLogger("llmfleet.ingress")
@@ -141,7 +141,7 @@ class OpenAIIngress:
         )
         # several ingress replicas: each counts the others' quota use (cluster/quota_sync.py)
         self.quota_sync = (
-            QuotaSync(self.guard.quotas, ACTOR_NAME, QUOTA_CHANNEL)
+            QuotaSync(self.guard.quotas)
             if self.guard.on and settings.get("quota_share", 1.0) < 1.0
             else None
         )

@@ -35,6 +35,7 @@ import uuid
 from typing import Any
 
 from cluster.quotas import QuotaLimiter
+from replicas.status_registry import get_status_actor
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,7 @@ class QuotaSync:
     def __init__(
         self,
         limiter: QuotaLimiter,
-        store: str,
-        channel: str,
-        namespace: str = "llmfleet",
+        channel: str = QUOTA_CHANNEL,
         min_interval_s: float = 0.005,
         heartbeat_s: float = 2.0,
         wait_s: float = 2.0,
@@ -96,7 +95,7 @@ class QuotaSync:
         retry_s: float = 1.0,
     ) -> None:
         self.limiter = limiter
-        self.store, self.channel, self.namespace = store, channel, namespace
+        self.channel = channel
         self.min_interval_s = min_interval_s
         self.heartbeat_s = heartbeat_s
         self.wait_s, self.timeout_s, self.retry_s = wait_s, timeout_s, retry_s
@@ -125,12 +124,7 @@ class QuotaSync:
         self.limiter.set_shared(False)
 
     def _actor(self) -> Any:
-        import ray
-
-        try:
-            return ray.get_actor(self.store, namespace=self.namespace)
-        except ValueError:
-            return None
+        return get_status_actor()  # None while it is (re)starting
 
     def _failed(self, what: str, err: BaseException) -> None:
         self.limiter.set_shared(False)
@@ -154,7 +148,7 @@ class QuotaSync:
             try:
                 actor = actor or self._actor()
                 if actor is None:
-                    raise RuntimeError(f"no actor {self.store}")
+                    raise RuntimeError("no status actor")
                 batch = encode(taken[0], taken[1], time.time())
                 call = actor.append_routes.remote(self.channel, self.origin, batch)
                 await asyncio.wait_for(call, self.timeout_s)
@@ -172,7 +166,7 @@ class QuotaSync:
             try:
                 actor = actor or self._actor()
                 if actor is None:
-                    raise RuntimeError(f"no actor {self.store}")
+                    raise RuntimeError("no status actor")
                 wait = self.wait_s if self.limiter.shared else 0.0  # split: heal at once
                 call = actor.routes_since.remote(
                     self.channel, self._epoch, self._seq, self.origin, wait

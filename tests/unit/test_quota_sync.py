@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -13,21 +12,7 @@ import pytest
 from cluster.quota_sync import MAX_AGE_S, QuotaSync, apply_batches, decode, encode
 from cluster.quotas import PEER_STALE_S, QuotaLimiter
 from replicas.route_log import RouteLog
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    requests_per_min: int | None = None
-    tokens_per_min: int | None = None
-    max_streams: int | None = None
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.test_quotas import Clock, Limits
 
 
 def pair(shared: bool = True) -> tuple[QuotaLimiter, QuotaLimiter, Clock]:
@@ -200,7 +185,7 @@ class FakeActor:
 async def test_sync_carries_use_between_replicas_and_falls_back_to_split() -> None:
     actor = FakeActor()
     a, b = QuotaLimiter(share=0.5, rank=0), QuotaLimiter(share=0.5, rank=1)
-    syncs = [QuotaSync(q, "store", "ch", wait_s=0.05, retry_s=0.05) for q in (a, b)]
+    syncs = [QuotaSync(q, "ch", wait_s=0.05, retry_s=0.05) for q in (a, b)]
     for s in syncs:
         s._actor = lambda: actor  # type: ignore[method-assign]
         s.start()
