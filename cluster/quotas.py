@@ -80,6 +80,7 @@ class Ticket:
     id: int
     key_id: str
     tokens: int  # charged to the tokens bucket at admission (0 when the key has no TPM)
+    limited: bool = True  # the key has a limit: its use is shared with the peers
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,9 +305,11 @@ class QuotaLimiter:
             if state.tokens is not None:
                 state.tokens.level -= cost
             state.in_flight += 1
-            ticket = Ticket(id=next(self._ids), key_id=key_id, tokens=cost)
+            limited = state.requests or state.tokens or limits.max_streams is not None
+            ticket = Ticket(next(self._ids), key_id, cost, bool(limited))
             self._open[ticket.id] = ticket
-            self._note(key_id, 1 if state.requests is not None else 0, cost)
+            if limited:  # a key without limits costs the peers nothing to know about
+                self._note(key_id, 1 if state.requests is not None else 0, cost)
             return Admission(True, ticket, 0.0, "", "", self._headers(state, limits))
         headers = self._headers(state, limits)
         if refusal.reason != "tokens_exceed_limit":
@@ -328,7 +331,8 @@ class QuotaLimiter:
             state.tokens.level = min(state.tokens.capacity, state.tokens.level + refund)
         else:
             refund = 0
-        self._note(ticket.key_id, 0, -refund)  # the stream's end reaches the peers too
+        if ticket.limited:
+            self._note(ticket.key_id, 0, -refund)  # the stream's end reaches the peers too
 
     # ---- internals ------------------------------------------------------------------
     def _capacity(self, limit: int) -> float:

@@ -213,3 +213,13 @@ async def test_sync_carries_use_between_replicas_and_falls_back_to_split() -> No
     finally:
         for s in syncs:
             s.stop()
+
+
+def test_keys_without_limits_are_not_shared() -> None:
+    a, _, _ = pair()
+    t = a.admit("free", Limits(), 100).ticket
+    assert t is not None
+    a.settle(t, 10)
+    assert a.take_usage() is None
+    t = a.admit("capped", Limits(max_streams=5), 100).ticket
+    assert a.take_usage() == ({"capped": (0.0, 0.0)}, {"capped": 1})
