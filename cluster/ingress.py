@@ -31,7 +31,14 @@ from cluster.guard import Guard, Pass
 from cluster.openapi_spec import build_openapi
 from cluster.quota_sync import QuotaSync
 from cluster.relay import Relay, RelaySettings, Started
-from cluster.request_prep import GENERATE_PATHS, Limits, Prepared, prepare, resubmit
+from cluster.request_prep import (
+    GENERATE_PATHS,
+    Limits,
+    Prepared,
+    check_model,
+    prepare,
+    resubmit,
+)
 from contracts.http import JSON, SSE, APIError
 from replicas.status_registry import fleet_snapshot
 from router.admission import ledger_for
@@ -190,19 +197,29 @@ class OpenAIIngress:
         self._auth(request)
         return await asyncio.to_thread(build_openapi, app, self.limits.served_name)
 
-    @app.get("/v1/models")
-    async def models(self, request: Request) -> dict[str, Any]:
-        self._auth(request)
-        card = {
+    def _card(self) -> dict[str, Any]:
+        return {
             "id": self.limits.served_name,
             "object": "model",
             "created": 0,
             "owned_by": "llmfleet",
             "max_model_len": self.limits.max_model_len,
         }
-        return {"object": "list", "data": [card]}
 
-    @app.get("/health")
+    @app.get("/v1/models")
+    async def models(self, request: Request) -> dict[str, Any]:
+        self._auth(request)
+        return {"object": "list", "data": [self._card()]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(self, model_id: str, request: Request) -> dict[str, Any]:
+        """OpenAI's "retrieve model" (``client.models.retrieve``), which vLLM lacks."""
+        self._auth(request)
+        check_model({"model": model_id}, "", self.limits)
+        return self._card()
+
+    # HEAD too: load balancers' health checks may use it
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health(self) -> Response:
         status, body = health_verdict(await fleet_snapshot(timeout_s=2.0), time.time())
         return JSONResponse(body, status_code=status)

@@ -22,6 +22,7 @@ Contract
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -95,14 +96,16 @@ _TOO_DEEP = object()
 
 
 def decode_json(raw: bytes) -> dict[str, Any]:
-    """A request body as a JSON object, or a 400 ``invalid_json``: also for nesting deeper
+    """A request body as a JSON object, or a 400 ``invalid_json``: also for ``NaN`` and
+    ``Infinity`` (Python's decoder accepts them, JSON does not; a NaN ``logit_bias`` reached
+    the sampler and changed greedy output) and numbers too large for a float; for nesting deeper
     than ``MAX_JSON_DEPTH`` (the decoder's recursion gave a 500 from ~1,000 levels) and for
     a string holding an unpaired UTF-16 surrogate (``"\\ud800"``: JSON's escapes allow it,
     Unicode does not; the tokenizer and the engine's stop strings failed on it, the latter
     with a 500)."""
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        data = json.loads(raw, parse_constant=_not_json, parse_float=_finite_float)
+    except (UnicodeDecodeError, json.JSONDecodeError, _NotFinite) as err:
         raise APIError(400, f"request body is not valid JSON: {err}", code="invalid_json") from None
     except RecursionError:
         data = _TOO_DEEP  # nested far too deeply: refused below
@@ -123,6 +126,21 @@ def decode_json(raw: bytes) -> dict[str, Any]:
         raise APIError(400, f"request body is not valid Unicode: {problem}", code="invalid_json")
     assert isinstance(data, dict)
     return data
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _not_json(literal: str) -> float:
+    raise _NotFinite(f"{literal} is not a JSON number; send a finite number")
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise _NotFinite(f"{literal[:40]} is too large for a 64-bit float")
+    return value
 
 
 def _shape_problem(data: Any, surrogates: bool) -> str | None:

@@ -54,6 +54,7 @@ def _completion(**kw: object) -> dict[str, object]:
 ROUTES = [
     ("GET", "/health", None),
     ("GET", "/v1/models", None),
+    ("GET", f"/v1/models/{MODEL}", None),
     ("GET", "/openapi.json", None),
     ("GET", "/fleet/status", None),
     ("POST", "/v1/completions", _completion()),
@@ -84,6 +85,21 @@ def test_every_route_by_key(
         assert r.json()["error"]["code"] == "insufficient_permissions"
     else:
         assert r.status_code not in (401, 403, 500), r.text
+
+
+def test_retrieve_model_and_head_health(guarded_app: None) -> None:
+    """OpenAI's "retrieve model" (vLLM has no such route: 404), and ``HEAD /health`` (was
+    405) for load balancers' health checks."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{TEST_URL}/v1", api_key=KEYS["user"], max_retries=0)
+    card = client.models.retrieve(MODEL)
+    assert (card.id, card.object) == (MODEL, "model")
+    with pytest.raises(openai.NotFoundError) as err:
+        client.models.retrieve("gpt-4")
+    assert err.value.code == "model_not_found"
+    head = httpx.head(f"{TEST_URL}/health", timeout=30)
+    assert (head.status_code, head.content) == (200, b"")
 
 
 def test_requests_per_minute_quota(guarded_app: None) -> None:

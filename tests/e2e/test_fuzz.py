@@ -262,8 +262,9 @@ def test_out_of_range_values_are_client_errors(
         b'"prompt": "hi", "stop": ["\\ud800"]',  # was a 500 engine_error
         b'"prompt": "a\\udfffb"',  # was vLLM's tokenizer's cryptic 400
         b'"prompt": "hi", "x": ' + b"[" * 1_000 + b"]" * 1_000,  # was a 500 (RecursionError)
+        b'"prompt": "hi", "logit_bias": {"28": NaN}',  # was a 200, the sampler fed a NaN
     ],
-    ids=["stop-lone-surrogate", "prompt-lone-surrogate", "nested-1000"],
+    ids=["stop-lone-surrogate", "prompt-lone-surrogate", "nested-1000", "logit-bias-nan"],
 )
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 def test_bodies_json_allows_but_unicode_or_the_decoder_does_not(

@@ -54,6 +54,26 @@ def test_bodies_the_decoder_or_the_engine_would_fail_on() -> None:
     assert "deep" in e.message
 
 
+def test_numbers_json_does_not_have_are_refused() -> None:
+    """Found by hand against vLLM 0.32: Python's decoder reads ``NaN`` and ``Infinity``;
+    vLLM refused most such fields, but ``logit_bias: {"28": NaN}`` reached the sampler and
+    changed a greedy completion (200)."""
+    for raw, why in (
+        (b'{"logit_bias": {"28": NaN}}', "NaN is not a JSON number"),
+        (b'{"temperature": Infinity}', "Infinity is not a JSON number"),
+        (b'{"a": [1, -Infinity]}', "-Infinity is not a JSON number"),
+        (b'{"length_penalty": 1e999}', "1e999 is too large for a 64-bit float"),
+    ):
+        e = err_of(decode_json, raw)
+        assert (e.status, e.code) == (400, "invalid_json"), raw
+        assert why in e.message, e.message
+    assert decode_json(b'{"a": 1.5e308, "b": -2.5e-320, "c": 7}') == {
+        "a": 1.5e308,
+        "b": -2.5e-320,
+        "c": 7,
+    }
+
+
 @pytest.mark.parametrize(
     ("model", "body", "param", "code"),
     [
