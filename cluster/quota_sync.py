@@ -17,8 +17,10 @@ Wire: JSON ``{"v": 1, "t": wall seconds, "spent": {key_id: [requests, tokens]},
 "streams": {key_id: open}}``; key ids are key names' digests, never secrets. ``streams`` is
 the sender's whole map, so a lost batch is healed by the next; a replica with open streams
 re-sends it every ``heartbeat_s`` so its peers keep counting them, and stop
-(``quotas.PEER_STALE_S``) once it is gone. Spending older than a minute (a replica starting
-reads the log from its start) is skipped: the buckets would have refilled it.
+(``quotas.PEER_STALE_S``) once it is gone. A replica that starts reads the log from its
+start, which holds the last 1,024 batches (``route_log.MAX_BATCHES``: seconds of a busy
+fleet, so a restarted replica may miss older spending of the current minute); spending
+older than a minute is skipped, the buckets would have refilled it.
 Health: the limiter is in shared mode while the long poll answers (at least every
 ``wait_s``) and sends succeed; a failure or a timeout puts it back in split mode (each
 replica its part: never over the limit, possibly early refusals) until the next answer.
