@@ -282,7 +282,7 @@ class OpenAIIngress:
 
             raise unavailable()
         if self.quota_sync is not None:
-            self.quota_sync.start()  # once, on this replica's event loop
+            await self.quota_sync.ready()  # started once, on this replica's event loop
         grant = self.guard.admit(key, prep.prompt_tokens + prep.view.expected_output_tokens)
         try:
             started = await self.relay.start(prep.payload)

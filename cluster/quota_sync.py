@@ -79,9 +79,10 @@ def apply_batches(
         except (ValueError, TypeError, KeyError, AttributeError, IndexError):
             bad += 1
             continue
-        if now_wall - sent > MAX_AGE_S:
-            spent = {}  # refilled by now; the stream counts are superseded by newer batches
-        limiter.record_peer(origin, spent, streams)
+        age = max(0.0, now_wall - sent)  # wall clocks of two hosts: skew clamped at 0
+        if age > MAX_AGE_S:
+            spent = {}  # refilled by now
+        limiter.record_peer(origin, spent, streams, age)
     return bad
 
 
@@ -91,7 +92,7 @@ class QuotaSync:
         limiter: QuotaLimiter,
         channel: str = QUOTA_CHANNEL,
         min_interval_s: float = 0.005,
-        heartbeat_s: float = 2.0,
+        heartbeat_s: float = 1.0,
         wait_s: float = 2.0,
         timeout_s: float = 2.0,
         retry_s: float = 1.0,
@@ -107,14 +108,27 @@ class QuotaSync:
         self._epoch, self._seq = "", 0
         self._send_ok = True
         self._wake: asyncio.Event | None = None
+        self._heard: asyncio.Event | None = None  # set by the log's first answer
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
+
+    async def ready(self, timeout_s: float = 0.5) -> None:
+        """Start (once) and wait, at most ``timeout_s``, for the log's first answer or first
+        failure: a replica's first requests are then judged against the fleet's use, not in
+        split mode (found by hand: 4 concurrent streams on a fresh fleet with a 4-stream
+        key, 3 of them on one replica, got a 429 from that replica's part of 2)."""
+        self.start()
+        assert self._heard is not None
+        if not self._heard.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._heard.wait(), timeout_s)
 
     def start(self) -> None:
         """Launch the sender and the receiver on the running loop (once)."""
         if self._tasks:
             return
         loop = asyncio.get_running_loop()
+        self._heard = asyncio.Event()
         self._wake = asyncio.Event()
         self._loop = loop
         self.limiter.share_with(self._poke)
@@ -179,11 +193,15 @@ class QuotaSync:
                 self._epoch, self._seq = epoch, nxt
                 self.limiter.set_shared(self._send_ok)
                 self.bad += apply_batches(self.limiter, batches, self.origin, time.time())
+                if self._heard is not None:
+                    self._heard.set()
                 if not self.limiter.shared:  # sends fail: poll again once they may not
                     await asyncio.sleep(self.retry_s)
             except Exception as err:
                 actor = None
                 self._failed("receive", err)
+                if self._heard is not None:
+                    self._heard.set()  # no log to wait for: split mode, no more waiting
                 await asyncio.sleep(self.retry_s)
 
     def _poke(self) -> None:

@@ -62,7 +62,7 @@ from typing import Protocol
 IDLE_FORGET_S = 120.0
 SWEEP_EVERY_S = 60.0
 STREAMS_RETRY_S = 1.0
-PEER_STALE_S = 10.0  # a peer's open streams stop counting after this long without a word
+PEER_STALE_S = 5.0  # a peer's open streams stop counting after this long without a word
 _EPS = 1e-9
 
 
@@ -239,10 +239,12 @@ class QuotaLimiter:
         origin: str,
         spent: dict[str, tuple[float, float]],
         streams: dict[str, int] | None,
+        age_s: float = 0.0,
     ) -> None:
         """A peer's use (``take_usage`` of another replica): debits or refunds this
-        replica's buckets and replaces that peer's open-stream counts. Ignored in split
-        mode, where each replica enforces only its own part."""
+        replica's buckets and replaces that peer's open-stream counts, as of ``age_s`` ago
+        (a replica that starts reads old batches: a gone peer's streams must not count
+        again). Ignored in split mode, where each replica enforces only its own part."""
         if not self._shared:
             return
         now = self._clock()
@@ -258,8 +260,8 @@ class QuotaLimiter:
                     bucket.refill(now)
                     bucket.level = min(bucket.capacity, bucket.level - amounts[i])
                     bucket.level = max(-bucket.capacity, bucket.level)
-        if streams is not None:
-            self._peers[origin] = _Peer(dict(streams), now)
+        if streams is not None and age_s < PEER_STALE_S:  # (an old batch: a gone peer's)
+            self._peers[origin] = _Peer(dict(streams), now - max(0.0, age_s))
 
     def fleet_streams(self, key_id: str) -> int:
         """Open streams of a key: this replica's, plus (shared mode) its peers'."""

@@ -135,16 +135,19 @@ def test_buckets_overspent_by_peers_stay_bounded() -> None:
 def test_wire_round_trip_and_bad_or_old_batches() -> None:
     batch = encode({"k": (1.0, 25.0)}, {"k": 2}, 5000.0)
     assert decode(batch) == (5000.0, {"k": (1.0, 25.0)}, {"k": 2})
-    _, b, _ = pair()
+    _, b, clock = pair()
     old = encode({"k": (50.0, 0.0)}, {"k": 1}, 5000.0 - MAX_AGE_S - 1)
     bad = [b"{", json.dumps({"v": 9}).encode(), b'{"v":1,"t":0,"spent":{"k":1},"streams":{}}']
     own = encode({"k": (50.0, 0.0)}, {}, 5000.0)
     assert apply_batches(b, [("x", x) for x in bad] + [("A", old), ("B", own)], "B", 5000.0) == 3
     rpm = Limits(requests_per_min=10, max_streams=1)
-    assert not b.admit("k", rpm, 0).ok  # the old batch's stream still counts...
-    assert b.fleet_streams("k") == 1
-    b.record_peer("A", {}, {})
-    assert b.admit("k", rpm, 0).ok  # ...but not its spending, nor our own batch's
+    assert b.fleet_streams("k") == 0  # neither the old batch's stream...
+    assert b.admit("k", rpm, 0).ok  # ...nor its spending, nor our own batch's
+    recent = encode({}, {"k": 1}, 5000.0 - PEER_STALE_S + 1)
+    apply_batches(b, [("C", recent)], "B", 5000.0)
+    assert b.fleet_streams("k") == 2  # a recent batch's streams count...
+    clock.now += 1.5
+    assert b.fleet_streams("k") == 1  # ...until it is PEER_STALE_S old
 
 
 class FakeActor:
@@ -223,3 +226,41 @@ def test_keys_without_limits_are_not_shared() -> None:
     assert a.take_usage() is None
     t = a.admit("capped", Limits(max_streams=5), 100).ticket
     assert a.take_usage() == ({"capped": (0.0, 0.0)}, {"capped": 1})
+
+
+async def test_a_replicas_first_request_waits_for_the_fleets_use() -> None:
+    """Without ``ready`` a fresh replica judged its first requests in split mode: 3 of 4
+    streams of a 4-stream key on one replica got a 429 from its part of 2."""
+    actor = FakeActor()
+    a, b = QuotaLimiter(share=0.5, rank=0), QuotaLimiter(share=0.5, rank=1)
+    syncs = [QuotaSync(q, "ch", wait_s=0.05, retry_s=0.05) for q in (a, b)]
+    for s in syncs:
+        s._actor = lambda: actor  # type: ignore[method-assign]
+    try:
+        await syncs[0].ready()
+        assert a.shared
+        four = Limits(max_streams=4)
+        assert all(a.admit("k", four, 0).ok for _ in range(3))
+        await asyncio.sleep(0.02)  # a's sender runs
+        await syncs[1].ready()
+        assert b.shared
+        assert b.fleet_streams("k") == 3  # the log held a's use: read before b's first
+        assert b.admit("k", four, 0).ok
+        assert not b.admit("k", four, 0).ok
+    finally:
+        for s in syncs:
+            s.stop()
+
+
+async def test_ready_does_not_wait_when_there_is_no_log() -> None:
+    q = QuotaLimiter(share=0.5)
+    sync = QuotaSync(q, "ch", retry_s=0.05)
+    sync._actor = lambda: None  # type: ignore[method-assign]
+    try:
+        t0 = asyncio.get_running_loop().time()
+        await sync.ready(timeout_s=5.0)
+        assert asyncio.get_running_loop().time() - t0 < 1.0
+        assert not q.shared
+        assert q.stream_cap(4) == 2  # split: its part
+    finally:
+        sync.stop()
