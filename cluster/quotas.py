@@ -29,8 +29,10 @@ Fleet-wide: shared mode (the default with N > 1 ingress replicas) and the split 
     debits and refunds, and their open streams, which count until the peer has been silent
     for ``PEER_STALE_S``). The buckets may go below zero (down to -capacity) when peers
     spent concurrently. Tolerance: the fleet can exceed a limit only by what other replicas
-    admitted within one sync delay (a few milliseconds, at most ``quota_sync``'s interval
-    plus one actor round trip), and no request is refused while the fleet has room.
+    admitted within one sync delay (milliseconds when idle; a concurrent burst stretches
+    it, as each replica's loop is busy admitting: 60 at once on a 20-a-minute key got up
+    to 28), and overspending is owed (the level below zero), so the next minute is short
+    by as much; no request is refused while the fleet has room.
     In **split** mode (no sync yet, or it failed) each replica enforces its part of every
     limit (below), so the fleet total never exceeds the limit (except for limits below N,
     where the floor of 1 per replica allows up to N); the cost is early refusal when a key's
