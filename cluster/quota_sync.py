@@ -158,9 +158,11 @@ class QuotaSync:
             taken = self.limiter.take_usage()
             if taken is None:
                 streams = self.limiter.open_streams()
-                if not streams:
+                if not streams and self._send_ok:
                     continue
-                taken = ({}, streams)  # heartbeat: the peers keep counting our streams
+                # heartbeat: the peers keep counting our streams (or, after a failed send,
+                # a probe: shared mode returns only once a send succeeds again)
+                taken = ({}, streams)
             try:
                 actor = actor or self._actor()
                 if actor is None:

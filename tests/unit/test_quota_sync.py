@@ -264,3 +264,29 @@ async def test_ready_does_not_wait_when_there_is_no_log() -> None:
         assert q.stream_cap(4) == 2  # split: its part
     finally:
         sync.stop()
+
+
+async def test_an_idle_replica_returns_to_shared_mode_after_an_outage() -> None:
+    actor = FakeActor()
+    q = QuotaLimiter(share=0.5)
+    sync = QuotaSync(q, "ch", wait_s=0.05, retry_s=0.05, heartbeat_s=0.05)
+    sync._actor = lambda: actor  # type: ignore[method-assign]
+    try:
+        await sync.ready()
+        t = q.admit("k", Limits(requests_per_min=10), 0).ticket  # a send: then idle
+        assert t is not None
+        q.settle(t, 0)
+        actor.down = True
+        for _ in range(100):
+            if not q.shared:
+                break
+            await asyncio.sleep(0.01)
+        assert not q.shared
+        actor.down = False  # no request, no open stream: the sender's probe heals it
+        for _ in range(200):
+            if q.shared:
+                break
+            await asyncio.sleep(0.01)
+        assert q.shared
+    finally:
+        sync.stop()
