@@ -101,7 +101,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(_args: argparse.Namespace) -> int:
+def cmd_status(args: argparse.Namespace) -> int:
     import httpx
 
     from cluster import runtime
@@ -111,12 +111,29 @@ def cmd_status(_args: argparse.Namespace) -> int:
     if not state or not runtime.pid_alive(int(state["pid"])):
         print("llmfleet: not running")
         return 1
+    key = args.api_key or os.environ.get("LLMFLEET_API_KEY")
+    headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
-        data = httpx.get(f"{state['url']}/fleet/status", timeout=10.0).json()
+        r = httpx.get(f"{state['url']}/fleet/status", headers=headers, timeout=10.0)
+        data = r.json()
     except (httpx.HTTPError, ValueError) as err:
         print(f"llmfleet: {state['url']} did not answer: {err!r}")
         return 1
+    if r.status_code != 200:  # e.g. a fleet with keys: 401 without one, 403 for a user key
+        error = data.get("error") if isinstance(data, dict) else None
+        message = error.get("message", r.text[:200]) if isinstance(error, dict) else r.text[:200]
+        print(
+            f"llmfleet: /fleet/status answered {r.status_code}: {message} "
+            "(an admin key: --api-key or LLMFLEET_API_KEY)"
+        )
+        return 1
     print(f"url: {state['url']}   pid: {state['pid']}   ray: {state['gcs_address']}")
+    ing = data.get("ingress", {})
+    quotas = ing.get("quotas", {}).get("mode", "?")
+    print(
+        f"ingress (the one answering): retried={ing.get('retried')} "
+        f"migrated={ing.get('migrated')} failed={ing.get('failed')} quotas={quotas}"
+    )
     for dep, info in data.get("deployments", {}).items():
         print(f"deployment {dep}: {info['status']} replicas={info['replicas']}")
     print(
@@ -175,9 +192,13 @@ def _add_up(sub: Any) -> None:
 
 
 def _add_status(sub: Any) -> None:
-    sub.add_parser("status", help="replicas, queue depth and KV usage").set_defaults(
-        func=cmd_status
+    p = sub.add_parser("status", help="replicas, queue depth and KV usage")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="an admin key, needed when the fleet has keys (default: $LLMFLEET_API_KEY)",
     )
+    p.set_defaults(func=cmd_status)
 
 
 def _add_down(sub: Any) -> None:

@@ -227,12 +227,31 @@ class OpenAIIngress:
     @app.get("/fleet/status")
     async def status(self, request: Request) -> dict[str, Any]:
         self._auth(request)
+        if self.quota_sync is not None:
+            await self.quota_sync.ready()  # (a replica that has served nothing yet)
         c = self.relay.counters
         return {
             "replicas": await fleet_snapshot(timeout_s=2.0),
             "deployments": await asyncio.to_thread(_deployments),
-            "ingress": {"retried": c.retried, "migrated": c.migrated, "failed": c.failed},
+            "ingress": {
+                "retried": c.retried,
+                "migrated": c.migrated,
+                "failed": c.failed,
+                "quotas": self._quota_state(),
+            },
         }
+
+    def _quota_state(self) -> dict[str, Any]:
+        """This ingress replica's quota mode: "shared" (whole limits, the fleet's use),
+        "split" (its part: sharing not up yet, or failing), "local" (the only ingress), or
+        "off" (no keys)."""
+        if not self.guard.on:
+            return {"mode": "off"}
+        sync = self.quota_sync
+        if sync is None:
+            return {"mode": "local"}
+        mode = "shared" if self.guard.quotas.shared else "split"
+        return {"mode": mode, "sync_errors": sync.errors, "bad_batches": sync.bad}
 
     @app.post("/v1/completions")
     async def completions(self, request: Request) -> Response:

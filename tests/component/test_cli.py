@@ -123,6 +123,34 @@ def test_up_status_down(tmp_path: Path, env: dict[str, str]) -> None:
             proc.kill()
 
 
+def test_status_on_a_fleet_with_keys_needs_an_admin_key(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Found by hand: ``llmfleet status`` sent no key, so on a fleet with keys it printed an
+    empty table and exited 0 (the ingress had answered 401)."""
+    from cluster.keys import add_key
+
+    keys = tmp_path / "keys.yaml"
+    admin = add_key(keys, "ops", admin=True)
+    user = add_key(keys, "app")
+    proc = _start(
+        tmp_path, env, SIM_YAML.replace("server:\n", f"server:\n  api_keys_file: {keys}\n")
+    )
+    try:
+        st = run(["status"], env)
+        assert st.returncode == 1, st.stdout
+        assert "answered 401" in st.stdout
+        assert "--api-key or LLMFLEET_API_KEY" in st.stdout
+        assert "answered 403" in run(["status", "--api-key", user], env).stdout
+        st = run(["status"], {**env, "LLMFLEET_API_KEY": admin})
+        assert st.returncode == 0, st.stdout
+        assert "LLMReplica" in st.stdout
+        assert "quotas=shared" in st.stdout, st.stdout  # 2 ingress replicas share the quotas
+    finally:
+        run(["down"], env)
+        proc.wait(timeout=60)
+
+
 def test_down_after_crash_cleans_up_that_session_only(tmp_path: Path, env: dict[str, str]) -> None:
     proc = _start(tmp_path, env)
     state = tmp_path / "home" / "state.json"

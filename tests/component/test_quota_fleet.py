@@ -28,6 +28,7 @@ KEY_FILE: list[Path] = []
 STREAMS_KEY: list[str] = []
 STREAMS = 3
 TPM_KEY: list[str] = []
+ADMIN_KEY: list[str] = []
 TPM = 1000  # the split gave each of 2 replicas 500: an 800-token request never passed
 
 
@@ -38,6 +39,7 @@ def key(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     secret = add_key(path, "capped", limits=KeyLimits(requests_per_min=LIMIT))
     STREAMS_KEY.append(add_key(path, "three-streams", limits=KeyLimits(max_streams=STREAMS)))
     TPM_KEY.append(add_key(path, "tpm", limits=KeyLimits(tokens_per_min=TPM)))
+    ADMIN_KEY.append(add_key(path, "ops", admin=True))
     deploy_app(
         {
             "engine": {"type": "null"},
@@ -119,3 +121,16 @@ async def test_concurrent_streams_reach_the_limit_fleet_wide(key: str) -> None:
         hold.set()
         await asyncio.gather(*tasks)
     assert codes == [200] * STREAMS + [429] * (12 - STREAMS), codes
+
+
+def test_fleet_status_shows_each_ingress_sharing_quotas(key: str) -> None:
+    _codes(key, 1)  # each answering ingress has started its sync by now or on this call
+    auth = {"authorization": f"Bearer {ADMIN_KEY[0]}"}
+    modes = set()
+    for _ in range(10):  # answered by either ingress replica
+        r = httpx.get(f"{TEST_URL}/fleet/status", headers=auth, timeout=30)
+        assert r.status_code == 200, r.text
+        quotas = r.json()["ingress"]["quotas"]
+        modes.add(quotas["mode"])
+        assert quotas["sync_errors"] == 0
+    assert modes == {"shared"}
