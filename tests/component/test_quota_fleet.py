@@ -83,7 +83,6 @@ def test_a_request_larger_than_an_ingress_part_of_tokens_per_minute_passes(key: 
 
 
 def test_a_key_added_while_serving_works_without_a_restart(key: str) -> None:
-
     fresh = add_key(KEY_FILE[0], "later")
     deadline = time.monotonic() + 10
     codes = []
