@@ -31,8 +31,9 @@ Fleet-wide: shared mode (the default with N > 1 ingress replicas) and the split 
     spent concurrently. Tolerance: the fleet can exceed a limit only by what other replicas
     admitted within one sync delay (milliseconds when idle; a concurrent burst stretches
     it, as each replica's loop is busy admitting: 60 at once on a 20-a-minute key got up
-    to 28), and overspending is owed (the level below zero), so the next minute is short
-    by as much; no request is refused while the fleet has room.
+    to 28, and 40 concurrent streams on a 4-stream key up to 8, each replica filling the
+    limit before hearing of the other), and overspending is owed (the level below zero),
+    so the next minute is short by as much; no request is refused while the fleet has room.
     In **split** mode (no sync yet, or it failed) each replica enforces its part of every
     limit (below), so the fleet total never exceeds the limit (except for limits below N,
     where the floor of 1 per replica allows up to N); the cost is early refusal when a key's
