@@ -17,7 +17,7 @@ Wire: JSON ``{"v": 1, "t": wall seconds, "spent": {key_id: [requests, tokens]},
 "streams": {key_id: open}}``; key ids are key names' digests, never secrets. ``streams`` is
 the sender's whole map, so a lost batch is healed by the next; a replica with open streams
 re-sends it every ``heartbeat_s`` so its peers keep counting them, and stop
-(``quotas.PEER_STALE_S``) once it is gone. A replica that starts reads the log from its
+(``quota_peers.PEER_STALE_S``) once it is gone. A replica that starts reads the log from its
 start, which holds the last 1,024 batches (``route_log.MAX_BATCHES``: seconds of a busy
 fleet, so a restarted replica may miss older spending of the current minute); spending
 older than a minute is skipped, the buckets would have refilled it.

@@ -26,9 +26,9 @@ Fleet-wide: shared mode (the default with N > 1 ingress replicas) and the split 
     (``set_shared(True)``, switched by ``cluster/quota_sync.py`` while the peers' usage
     reaches this limiter) every replica enforces the whole limit against the fleet's use:
     its own admissions and settlements, plus the peers' (``record_peer``: their buckets'
-    debits and refunds, and their open streams, which count until the peer has been silent
-    for ``PEER_STALE_S``). The buckets may go below zero (down to -capacity) when peers
-    spent concurrently. Tolerance: the fleet can exceed a limit only by what other replicas
+    debits and refunds, and their open streams, ``quota_peers.py``). The buckets
+    (``token_bucket.py``) may go below zero (down to -capacity) when peers spent
+    concurrently. Tolerance: the fleet can exceed a limit only by what other replicas
     admitted within one sync delay (milliseconds when idle; a concurrent burst stretches
     it, as each replica's loop is busy admitting: 60 at once on a 20-a-minute key got up
     to 28, and 40 concurrent streams on a 4-stream key up to 8, each replica filling the
@@ -62,11 +62,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from cluster.quota_peers import PeerStreams
+from cluster.token_bucket import EPS as _EPS
+from cluster.token_bucket import TokenBucket
+
 IDLE_FORGET_S = 120.0
 SWEEP_EVERY_S = 60.0
 STREAMS_RETRY_S = 1.0
-PEER_STALE_S = 5.0  # a peer's open streams stop counting after this long without a word
-_EPS = 1e-9
 
 
 class LimitsLike(Protocol):
@@ -96,42 +98,6 @@ class Admission:
     headers: dict[str, str]
 
 
-class TokenBucket:
-    __slots__ = ("capacity", "level", "limit", "rate", "stamp")
-
-    def __init__(self, capacity: float, now: float, limit: int = 0) -> None:
-        self.limit = limit  # the key's configured limit (capacity is its scaled part)
-        self.capacity = capacity
-        self.rate = capacity / 60.0
-        self.level = capacity
-        self.stamp = now
-
-    def resize(self, capacity: float) -> None:
-        """A larger capacity keeps what was spent (the level rises by the difference); a
-        smaller one cuts the level to it."""
-        if capacity != self.capacity:
-            grown = max(0.0, capacity - self.capacity)
-            self.capacity, self.rate = capacity, capacity / 60.0
-            self.level = min(self.level + grown, capacity)
-
-    def refill(self, now: float) -> None:
-        if now > self.stamp:
-            self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
-            self.stamp = now
-
-    def wait_s(self, cost: float) -> float:
-        return max(0.0, (cost - self.level) / self.rate)
-
-    def reset_s(self) -> float:
-        return (self.capacity - self.level) / self.rate
-
-    def fits(self, cost: float) -> bool:
-        return self.level + _EPS >= cost
-
-    def full(self) -> bool:
-        return self.level + _EPS >= self.capacity
-
-
 @dataclass(slots=True)
 class _KeyState:
     requests: TokenBucket | None = None
@@ -146,12 +112,6 @@ class _KeyState:
     def idle(self) -> bool:
         full = all(b is None or b.full() for b in (self.requests, self.tokens))
         return full and self.in_flight == 0
-
-
-@dataclass(slots=True)
-class _Peer:
-    streams: dict[str, int]
-    seen: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +160,7 @@ class QuotaLimiter:
         self._ids = itertools.count(1)
         self._last_sweep = clock()
         self._shared = False
-        self._peers: dict[str, _Peer] = {}
+        self._peers = PeerStreams()
         self._spent: dict[str, list[float]] = {}  # (requests, tokens) since take_usage
         self._on_use: Callable[[], None] | None = None  # set by share_with
 
@@ -260,11 +220,9 @@ class QuotaLimiter:
                     state.owed[i] += amounts[i]
                     state.owed_at = now
                 else:
-                    bucket.refill(now)
-                    bucket.level = min(bucket.capacity, bucket.level - amounts[i])
-                    bucket.level = max(-bucket.capacity, bucket.level)
-        if streams is not None and age_s < PEER_STALE_S:  # (an old batch: a gone peer's)
-            self._peers[origin] = _Peer(dict(streams), now - max(0.0, age_s))
+                    bucket.spend(amounts[i], now)
+        if streams is not None:
+            self._peers.replace(origin, streams, now, age_s)
 
     def fleet_streams(self, key_id: str) -> int:
         """Open streams of a key: this replica's, plus (shared mode) its peers'."""
@@ -273,11 +231,7 @@ class QuotaLimiter:
     def _streams(self, key_id: str, now: float) -> int:
         state = self._keys.get(key_id)
         n = state.in_flight if state else 0
-        if self._shared:
-            for peer in self._peers.values():
-                if now - peer.seen < PEER_STALE_S:
-                    n += peer.streams.get(key_id, 0)
-        return n
+        return n + self._peers.count(key_id, now) if self._shared else n
 
     def _split(self) -> bool:
         """Split mode with several replicas: limits are this replica's part."""
@@ -332,8 +286,7 @@ class QuotaLimiter:
         state.last_seen = now
         refund = ticket.tokens - max(0, int(used_tokens))
         if state.tokens is not None and refund > 0:
-            state.tokens.refill(now)
-            state.tokens.level = min(state.tokens.capacity, state.tokens.level + refund)
+            state.tokens.spend(-refund, now)
         else:
             refund = 0
         if ticket.limited:
@@ -362,8 +315,7 @@ class QuotaLimiter:
         if bucket is None:
             bucket = TokenBucket(capacity, now, limit)
             if state.owed[i]:  # peers spent before this replica knew the key's limits
-                refilled = (now - state.owed_at) * bucket.rate
-                bucket.level = max(-capacity, min(capacity, capacity - state.owed[i] + refilled))
+                bucket.spend(state.owed[i] - (now - state.owed_at) * bucket.rate, now)
                 state.owed[i] = 0.0
             return bucket
         bucket.limit = limit
@@ -446,8 +398,7 @@ class QuotaLimiter:
         if now - self._last_sweep < SWEEP_EVERY_S:
             return
         self._last_sweep = now
-        for origin in [o for o, p in self._peers.items() if now - p.seen > IDLE_FORGET_S]:
-            del self._peers[origin]
+        self._peers.forget_silent(now)
         stale: list[str] = []
         for key_id, state in self._keys.items():
             if now - state.last_seen > IDLE_FORGET_S:

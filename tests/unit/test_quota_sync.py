@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from cluster.quota_peers import PEER_STALE_S
 from cluster.quota_sync import MAX_AGE_S, QuotaSync, apply_batches, decode, encode
-from cluster.quotas import PEER_STALE_S, QuotaLimiter
+from cluster.quotas import QuotaLimiter
 from replicas.route_log import RouteLog
 from tests.unit.test_quotas import Clock, Limits
 
