@@ -10,18 +10,24 @@
   settled when the request ends (unused output tokens refunded).
 - With N ingress replicas each enforces the whole limit against the fleet's use, shared by
   ``quota_sync.py``, or 1/N of it while the sharing is down (``quotas.py`` states the
-  tolerance).
+  tolerance); a concurrency slot is granted by the status actor, so ``max_streams`` holds
+  exactly fleet-wide.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cluster.edge_metrics import body_usage
 from cluster.keys import ApiKey, KeyStore, bearer_token
-from cluster.quotas import QuotaLimiter, Ticket
+from cluster.quota_types import Ticket
+from cluster.quotas import QuotaLimiter
 from contracts.http import APIError
+
+if TYPE_CHECKING:
+    from cluster.quota_sync import QuotaSync
 
 ADMIN_ROUTES = frozenset({"/fleet/status"})
 
@@ -79,10 +85,14 @@ class Guard:
             )
         return key
 
-    def admit(self, key: ApiKey | None, tokens: int) -> Pass:
+    async def admit(self, key: ApiKey | None, tokens: int, sync: QuotaSync | None = None) -> Pass:
         if key is None:
             return Pass(None)
-        adm = self.quotas.admit(key.key_id, key.limits, tokens)
+        slot = None
+        if sync is not None and self.quotas.wants_slot(key.limits):
+            assert key.limits.max_streams is not None
+            slot = await sync.acquire(key.key_id, key.limits.max_streams)
+        adm = self.quotas.admit(key.key_id, key.limits, tokens, slot)  # no await since acquire
         if not adm.ok:
             raise APIError(
                 429,

@@ -251,7 +251,12 @@ class OpenAIIngress:
         if sync is None:
             return {"mode": "local"}
         mode = "shared" if self.guard.quotas.shared else "split"
-        return {"mode": mode, "sync_errors": sync.errors, "bad_batches": sync.bad}
+        return {
+            "mode": mode,
+            "sync_errors": sync.errors,
+            "bad_batches": sync.bad,
+            "slot_errors": sync.slot_errors,
+        }
 
     @app.post("/v1/completions")
     async def completions(self, request: Request) -> Response:
@@ -302,7 +307,8 @@ class OpenAIIngress:
             raise unavailable()
         if self.quota_sync is not None:
             await self.quota_sync.ready()  # started once, on this replica's event loop
-        grant = self.guard.admit(key, prep.prompt_tokens + prep.view.expected_output_tokens)
+        tokens = prep.prompt_tokens + prep.view.expected_output_tokens
+        grant = await self.guard.admit(key, tokens, self.quota_sync)
         try:
             started = await self.relay.start(prep.payload)
         except BaseException:

@@ -21,6 +21,11 @@ re-sends it every ``heartbeat_s`` so its peers keep counting them, and stop
 start, which holds the last 1,024 batches (``route_log.MAX_BATCHES``: seconds of a busy
 fleet, so a restarted replica may miss older spending of the current minute); spending
 older than a minute is skipped, the buckets would have refilled it.
+Concurrency limits are exact: in shared mode a key's ``max_streams`` slot is granted by the
+status actor (``acquire``; ``replicas/slot_table.py``), one call per request of such a
+key, waited for at most ``slot_timeout_s`` (then this replica's own view decides). Each
+batch carries this replica's held slots too (``append_routes``' ``slots``): releases reach
+the table that way, within one batch interval of a stream's end.
 Health: the limiter is in shared mode while the long poll answers (at least every
 ``wait_s``) and sends succeed; a failure or a timeout puts it back in split mode (each
 replica its part: never over the limit, possibly early refusals) until the next answer.
@@ -96,15 +101,21 @@ class QuotaSync:
         wait_s: float = 2.0,
         timeout_s: float = 2.0,
         retry_s: float = 1.0,
+        slot_timeout_s: float = 1.0,
     ) -> None:
         self.limiter = limiter
         self.channel = channel
         self.min_interval_s = min_interval_s
         self.heartbeat_s = heartbeat_s
         self.wait_s, self.timeout_s, self.retry_s = wait_s, timeout_s, retry_s
+        self.slot_timeout_s = slot_timeout_s
         self.origin = uuid.uuid4().hex[:12]
         self.errors = 0
         self.bad = 0
+        self.slot_errors = 0
+        self._ver = 0  # orders this replica's words to the slot table
+        self._slots_dirty = False  # the table may count a slot this replica does not hold
+        self._slot_actor: Any = None
         self._epoch, self._seq = "", 0
         self._send_ok = True
         self._wake: asyncio.Event | None = None
@@ -142,6 +153,37 @@ class QuotaSync:
     def _actor(self) -> Any:
         return get_status_actor()  # None while it is (re)starting
 
+    def _next_ver(self) -> int:
+        self._ver += 1
+        return self._ver
+
+    async def acquire(self, key_id: str, limit: int) -> tuple[bool, int] | None:
+        """Ask the status actor for one of ``key_id``'s ``limit`` slots: (granted, the
+        fleet's count), or None when it could not answer in time (the caller then judges on
+        its own view). The caller admits or refuses with no await in between, so the slot
+        is counted locally (open stream) from the moment the reservation ends."""
+        held = self.limiter.reserve(key_id)
+        ver = self._next_ver()
+        try:
+            actor = self._slot_actor = self._slot_actor or self._actor()
+            if actor is None:
+                raise RuntimeError("no status actor")
+            call = actor.acquire_slot.remote(key_id, self.origin, held, limit, ver)
+            granted, count = await asyncio.wait_for(call, self.slot_timeout_s)
+            return bool(granted), int(count)
+        except Exception as err:
+            self._slot_actor = None
+            self.slot_errors += 1
+            if self.slot_errors == 1 or self.slot_errors % 100 == 0:
+                log.warning("quota slots: acquire failed (%d so far): %r", self.slot_errors, err)
+            return None
+        finally:
+            self.limiter.unreserve(key_id)
+            # a refusal, a failure, or a grant the caller does not use leaves the table
+            # counting a slot this replica does not hold: the next batch says what it holds
+            self._slots_dirty = True
+            self._wake_sender()
+
     def _failed(self, what: str, err: BaseException) -> None:
         self.limiter.set_shared(False)
         self.errors += 1
@@ -156,9 +198,10 @@ class QuotaSync:
                 await asyncio.wait_for(self._wake.wait(), self.heartbeat_s)
             self._wake.clear()
             taken = self.limiter.take_usage()
+            dirty, self._slots_dirty = self._slots_dirty, False
             if taken is None:
                 streams = self.limiter.open_streams()
-                if not streams and self._send_ok:
+                if not streams and self._send_ok and not dirty:
                     continue
                 # heartbeat: the peers keep counting our streams (or, after a failed send,
                 # a probe: shared mode returns only once a send succeeds again)
@@ -168,7 +211,8 @@ class QuotaSync:
                 if actor is None:
                     raise RuntimeError("no status actor")
                 batch = encode(taken[0], taken[1], time.time())
-                call = actor.append_routes.remote(self.channel, self.origin, batch)
+                slots = (self._next_ver(), taken[1])
+                call = actor.append_routes.remote(self.channel, self.origin, batch, slots)
                 await asyncio.wait_for(call, self.timeout_s)
                 self._send_ok = True
             except Exception as err:  # this batch is lost to the peers: split until healed

@@ -28,12 +28,14 @@ Fleet-wide: shared mode (the default with N > 1 ingress replicas) and the split 
     its own admissions and settlements, plus the peers' (``record_peer``: their buckets'
     debits and refunds, and their open streams, ``quota_peers.py``). The buckets
     (``token_bucket.py``) may go below zero (down to -capacity) when peers spent
-    concurrently. Tolerance: the fleet can exceed a limit only by what other replicas
-    admitted within one sync delay (milliseconds when idle; a concurrent burst stretches
-    it, as each replica's loop is busy admitting: 60 at once on a 20-a-minute key got up
-    to 28, and 40 concurrent streams on a 4-stream key up to 8, each replica filling the
-    limit before hearing of the other), and overspending is owed (the level below zero),
-    so the next minute is short by as much; no request is refused while the fleet has room.
+    concurrently. Tolerance of the buckets: the fleet can exceed a per-minute limit only
+    by what other replicas admitted within one sync delay (milliseconds when idle; a
+    concurrent burst stretches it, as each replica's loop is busy admitting: 60 at once on
+    a 20-a-minute key got up to 28), and overspending is owed (the level below zero), so
+    the next minute is short by as much. Concurrency is exact: the caller asks the status
+    actor for the slot (``wants_slot``, ``reserve``; ``quota_sync.QuotaSync.acquire``) and
+    passes its answer to ``admit``; only when it cannot answer in time does this replica's
+    view (its own streams plus the peers' last maps) decide, with the bucket tolerance.
     In **split** mode (no sync yet, or it failed) each replica enforces its part of every
     limit (below), so the fleet total never exceeds the limit (except for limits below N,
     where the floor of 1 per replica allows up to N); the cost is early refusal when a key's
@@ -60,42 +62,17 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from cluster.quota_peers import PeerStreams
+from cluster.quota_types import Admission, LimitsLike, Ticket
+from cluster.ratelimit_headers import fmt_number as _fmt
+from cluster.ratelimit_headers import format_duration, ratelimit_headers, retry_after_header
 from cluster.token_bucket import EPS as _EPS
 from cluster.token_bucket import TokenBucket
 
 IDLE_FORGET_S = 120.0
 SWEEP_EVERY_S = 60.0
 STREAMS_RETRY_S = 1.0
-
-
-class LimitsLike(Protocol):
-    @property
-    def requests_per_min(self) -> int | None: ...
-    @property
-    def tokens_per_min(self) -> int | None: ...
-    @property
-    def max_streams(self) -> int | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Ticket:
-    id: int
-    key_id: str
-    tokens: int  # charged to the tokens bucket at admission (0 when the key has no TPM)
-    limited: bool = True  # the key has a limit: its use is shared with the peers
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    ok: bool
-    ticket: Ticket | None
-    retry_after_s: float  # 0 when ok
-    reason: str  # "requests" | "tokens" | "streams" | "tokens_exceed_limit" | ""
-    message: str
-    headers: dict[str, str]
 
 
 @dataclass(slots=True)
@@ -121,30 +98,6 @@ class _Refusal:
     message: str
 
 
-def format_duration(seconds: float) -> str:
-    """Go ``time.Duration`` style at millisecond resolution, rounded up: 120ms, 1s, 1m30.5s."""
-    ms = max(0, math.ceil(seconds * 1000.0 - 1e-6))
-    if ms == 0:
-        return "0s"
-    if ms < 1000:
-        return f"{ms}ms"
-    hours, rest = divmod(ms, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    secs, frac = divmod(rest, 1000)
-    text = f"{secs}.{frac:03d}".rstrip("0").rstrip(".") + "s"
-    if hours:
-        return f"{hours}h{minutes}m{text}"
-    return f"{minutes}m{text}" if minutes else text
-
-
-def retry_after_header(seconds: float) -> str:
-    return str(max(1, math.ceil(seconds - 1e-6)))
-
-
-def _fmt(value: float) -> str:
-    return f"{value:g}"
-
-
 class QuotaLimiter:
     def __init__(
         self, clock: Callable[[], float] = time.monotonic, share: float = 1.0, rank: int = 0
@@ -161,6 +114,7 @@ class QuotaLimiter:
         self._last_sweep = clock()
         self._shared = False
         self._peers = PeerStreams()
+        self._reserving: dict[str, int] = {}  # slots asked of the status actor, not answered
         self._spent: dict[str, list[float]] = {}  # (requests, tokens) since take_usage
         self._on_use: Callable[[], None] | None = None  # set by share_with
 
@@ -195,7 +149,30 @@ class QuotaLimiter:
         return spent, self.open_streams()
 
     def open_streams(self) -> dict[str, int]:
-        return {k: s.in_flight for k, s in self._keys.items() if s.in_flight > 0}
+        """Slots this replica holds per key: open streams plus slots being asked for."""
+        held = {k: s.in_flight for k, s in self._keys.items() if s.in_flight > 0}
+        for key_id, n in self._reserving.items():
+            held[key_id] = held.get(key_id, 0) + n
+        return held
+
+    def wants_slot(self, limits: LimitsLike) -> bool:
+        """Shared mode and a concurrency limit: the slot is granted fleet-wide
+        (``quota_sync.QuotaSync.acquire``), then passed to ``admit``."""
+        return self._shared and limits.max_streams is not None
+
+    def reserve(self, key_id: str) -> int:
+        """A slot is being asked for: returns what this replica holds of the key before it
+        (open streams plus other slots being asked for); ``unreserve`` when answered."""
+        held = self.in_flight(key_id) + self._reserving.get(key_id, 0)
+        self._reserving[key_id] = self._reserving.get(key_id, 0) + 1
+        return held
+
+    def unreserve(self, key_id: str) -> None:
+        n = self._reserving.get(key_id, 0) - 1
+        if n > 0:
+            self._reserving[key_id] = n
+        else:
+            self._reserving.pop(key_id, None)
 
     def record_peer(
         self,
@@ -252,12 +229,16 @@ class QuotaLimiter:
         state = self._keys.get(key_id)
         return state.in_flight if state else 0
 
-    def admit(self, key_id: str, limits: LimitsLike, tokens: int) -> Admission:
+    def admit(
+        self, key_id: str, limits: LimitsLike, tokens: int, slot: tuple[bool, int] | None = None
+    ) -> Admission:
+        """``slot``: the fleet-wide answer for a concurrency slot (granted, the fleet's
+        count), which replaces this replica's view of the key's streams."""
         now = self._clock()
         self._maybe_sweep(now)
         state = self._state(key_id, limits, now)
         cost = max(0, int(tokens)) if state.tokens is not None else 0
-        refusal = self._check(key_id, state, limits, cost)
+        refusal = self._check(key_id, state, limits, cost, slot)
         if refusal is None:
             if state.requests is not None:
                 state.requests.level -= 1
@@ -324,7 +305,12 @@ class QuotaLimiter:
         return bucket
 
     def _check(
-        self, key_id: str, state: _KeyState, limits: LimitsLike, cost: int
+        self,
+        key_id: str,
+        state: _KeyState,
+        limits: LimitsLike,
+        cost: int,
+        slot: tuple[bool, int] | None,
     ) -> _Refusal | None:
         tpm, tb = limits.tokens_per_min, state.tokens
         if tpm is not None and tb is not None and cost > tb.capacity + _EPS:
@@ -350,17 +336,19 @@ class QuotaLimiter:
                 f"Retry after {format_duration(wait)}."
             )
             refusals.append(_Refusal(reason, wait, message))
-        streams = self._check_streams(key_id, limits.max_streams)
+        streams = self._check_streams(key_id, limits.max_streams, slot)
         if streams is not None:
             refusals.append(streams)
         return max(refusals, key=lambda r: r.wait_s, default=None)
 
-    def _check_streams(self, key_id: str, limit: int | None) -> _Refusal | None:
-        if limit is None:
+    def _check_streams(
+        self, key_id: str, limit: int | None, slot: tuple[bool, int] | None
+    ) -> _Refusal | None:
+        if limit is None or (slot is not None and slot[0]):
             return None
         cap = self.stream_cap(limit)
-        n = self._streams(key_id, self._clock())
-        if n < cap:
+        n = slot[1] if slot is not None else self._streams(key_id, self._clock())
+        if slot is None and n < cap:
             return None
         per = f" ({cap} per ingress)" if self._split() else ""
         message = (
@@ -382,17 +370,9 @@ class QuotaLimiter:
         return f" ({_fmt(bucket.capacity)} per ingress)" if self._split() else ""
 
     def _headers(self, state: _KeyState, limits: LimitsLike) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        for name, limit, bucket in (
-            ("requests", limits.requests_per_min, state.requests),
-            ("tokens", limits.tokens_per_min, state.tokens),
-        ):
-            if limit is None or bucket is None:
-                continue
-            headers[f"x-ratelimit-limit-{name}"] = str(limit)
-            headers[f"x-ratelimit-remaining-{name}"] = str(max(0, math.floor(bucket.level + _EPS)))
-            headers[f"x-ratelimit-reset-{name}"] = format_duration(bucket.reset_s())
-        return headers
+        return ratelimit_headers(
+            (limits.requests_per_min, state.requests), (limits.tokens_per_min, state.tokens)
+        )
 
     def _maybe_sweep(self, now: float) -> None:
         if now - self._last_sweep < SWEEP_EVERY_S:

@@ -1,7 +1,9 @@
 """A tiny named actor holding each replica's latest stats, for ``llmfleet status`` and
 ``GET /health``. Replicas report every second (fire-and-forget); readers get a snapshot.
-Not on the request path: routing and autoscaling read Serve's own stats channels.
-It also holds what the routers share: each router's prefix index snapshot
+Routing and autoscaling read Serve's own stats channels, not this actor. The one call on a
+request's path: ``acquire_slot``, for a key with a concurrency limit while several ingress
+replicas share quotas (``replicas/slot_table.py``; the ingress waits for it with a
+deadline and falls back to its own view). It also holds what the routers share: each router's prefix index snapshot
 (``router/serve_snapshot.py``) and the live route log (``replicas/route_log.py``, read and
 written by ``router/serve_share.py``; ``routes_since`` waits up to ``wait_s`` for a batch,
 so the actor is async: every method runs on its one event loop, one at a time).
@@ -20,6 +22,7 @@ from typing import Any
 import ray
 
 from replicas.route_log import RouteLog
+from replicas.slot_table import SlotTable
 
 NAMESPACE = "llmfleet"
 ACTOR_NAME = "llmfleet-status"
@@ -33,6 +36,7 @@ class FleetStatus:
         self._snapshots: dict[str, bytes] = {}  # router state (prefix index), by router key
         self._routes = RouteLog()
         self._appended: dict[str, asyncio.Event] = {}  # channel -> set on its next append
+        self._slots = SlotTable()  # concurrency limits decided in one place (quota_sync)
 
     def report(self, replica_id: str, stats: dict[str, float], pid: int = 0) -> None:
         # stats: ReplicaStats wire; pid: the replica's process (operators, chaos tests)
@@ -45,7 +49,17 @@ class FleetStatus:
     def get_snapshot(self, key: str) -> bytes | None:
         return self._snapshots.get(key)
 
-    async def append_routes(self, channel: str, origin: str, batch: bytes) -> int:
+    async def append_routes(
+        self,
+        channel: str,
+        origin: str,
+        batch: bytes,
+        slots: tuple[int, dict[str, int]] | None = None,
+    ) -> int:
+        """Append ``batch``; ``slots`` (version, held per key) is the origin's whole map of
+        held slots (``SlotTable.report``), sent along to save a call."""
+        if slots is not None:
+            self._slots.report(origin, slots[1], slots[0], time.monotonic())
         seq = self._routes.append(channel, origin, batch)
         event = self._appended.pop(channel, None)
         if event is not None:
@@ -68,6 +82,13 @@ class FleetStatus:
             event = self._appended.setdefault(channel, asyncio.Event())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), left)
+
+    def acquire_slot(
+        self, key: str, origin: str, held: int, limit: int, ver: int
+    ) -> tuple[bool, int]:
+        """One more slot of ``key`` for ``origin`` if the fleet stays within ``limit``
+        (``SlotTable.acquire``): (granted, the fleet's count)."""
+        return self._slots.acquire(key, origin, held, limit, ver, time.monotonic())
 
     def forget(self, replica_id: str) -> None:
         self._replicas.pop(replica_id, None)

@@ -4,6 +4,12 @@ Starts ``llmfleet up`` (null engine, 2 engine replicas, so 2 ingress replicas, k
 127.0.0.1), then, per round: one concurrent burst per key (3x its per-minute limit of short
 requests; 10x its stream limit of held streams), and 3x a limit of sequential requests.
 Rounds are a minute apart so that the buckets refill (what a burst overspent is owed).
+Then the cost of sharing: ``--rate-requests`` short requests at concurrency 16 with a key
+without limits (nothing shared), one with per-minute limits only (every admission and
+settlement shared) and one that also has a concurrency limit (plus one status-actor call
+per request for the slot), all far above the load; alternating, twice each per round;
+ratios of the medians of requests per second. The null engine leaves the ingress as the
+bottleneck, so this is the worst case.
 Prints and writes JSON: 200s per burst against each limit. Bounded: a fixed number of
 requests per round, ``--rounds`` rounds, every request with a timeout.
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -34,9 +41,14 @@ STREAMS = 4
 async def _burst(c: httpx.AsyncClient, key: str, n: int, stream: bool) -> list[int]:
     body: dict[str, Any] = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
     if stream:
-        body.update(stream=True, ignore_eos=True, max_tokens=300)
+        # as long as the server allows (model.max_tokens_cap: ~7 s at the null engine's
+        # 7 ms a token), to outlast the burst's answers: a stream that ended frees its
+        # slot, and a late request could take it
+        body.update(stream=True, ignore_eos=True, max_tokens=1024)
     headers = {"authorization": f"Bearer {key}"}
     hold = asyncio.Event()
+    # open the connections first, so that the burst reaches the ingresses at once
+    await asyncio.gather(*(c.get("/v1/models", headers=headers) for _ in range(n)))
 
     async def one() -> int:
         if not stream:
@@ -57,6 +69,39 @@ async def _burst(c: httpx.AsyncClient, key: str, n: int, stream: bool) -> list[i
     return list(await asyncio.gather(*tasks))
 
 
+async def _rate(url: str, key: str, n: int, concurrency: int = 16) -> float:
+    """Requests per second for ``n`` short requests at ``concurrency`` (all must be 200)."""
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+    headers = {"authorization": f"Bearer {key}"}
+    left = iter(range(n))
+    codes: list[int] = []
+    async with httpx.AsyncClient(base_url=url, timeout=60) as c:
+
+        async def worker() -> None:
+            for _ in left:
+                codes.append(
+                    (await c.post("/v1/completions", json=body, headers=headers)).status_code
+                )
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        took = time.perf_counter() - t0
+    if codes.count(200) != n:
+        raise RuntimeError(f"rate run: {n - codes.count(200)} of {n} not 200: {set(codes)}")
+    return n / took
+
+
+RATE_KEYS = ("unlimited", "per_minute", "all_three")
+
+
+async def _rates(url: str, keys: dict[str, str], n: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {name: [] for name in RATE_KEYS}
+    for _ in range(2):
+        for name in RATE_KEYS:
+            out[name].append(round(await _rate(url, keys[name], n), 1))
+    return out
+
+
 async def _round(url: str, keys: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     limits = httpx.Limits(max_connections=400)
@@ -66,7 +111,11 @@ async def _round(url: str, keys: dict[str, str]) -> dict[str, Any]:
             codes = await _burst(c, keys[name], 3 * lim.requests_per_min, stream=False)
             out[f"burst_{name}"] = {"limit": lim.requests_per_min, "ok": codes.count(200)}
         codes = await _burst(c, keys["streams"], 10 * STREAMS, stream=True)
-        out["burst_streams"] = {"limit": STREAMS, "ok": codes.count(200)}
+        out["burst_streams"] = {
+            "limit": STREAMS,
+            "ok": codes.count(200),
+            "codes": sorted(set(codes)),
+        }
         seq = []
         for _ in range(30):
             r = await c.post(
@@ -84,6 +133,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default="results/quota_bursts.json")
+    ap.add_argument("--rate-requests", type=int, default=800, help="per rate run (0: none)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
@@ -91,6 +141,11 @@ def main() -> None:
         keys = {name: add_key(keyfile, name, limits=lim) for name, lim in LIMITS.items()}
         keys["streams"] = add_key(keyfile, "streams", limits=KeyLimits(max_streams=STREAMS))
         keys["seq10"] = add_key(keyfile, "seq10", limits=KeyLimits(requests_per_min=10))
+        per_min = KeyLimits(requests_per_min=10**6, tokens_per_min=10**9)
+        keys["per_minute"] = add_key(keyfile, "per_minute", limits=per_min)
+        big = KeyLimits(requests_per_min=10**6, tokens_per_min=10**9, max_streams=1000)
+        keys["all_three"] = add_key(keyfile, "all_three", limits=big)
+        keys["unlimited"] = add_key(keyfile, "unlimited")
         cfg = d / "fleet.yaml"
         cfg.write_text(
             f"engine: {{type: 'null'}}\nreplicas: {{num_replicas: 2, num_cpus: 0.1}}\n"
@@ -98,7 +153,8 @@ def main() -> None:
         )
         proc = start_llmfleet(cfg, d / "home", d / "up.log")
         url = f"http://127.0.0.1:{PORT}"
-        rounds = []
+        rounds: list[dict[str, Any]] = []
+        rates: dict[str, list[float]] = {name: [] for name in RATE_KEYS}
         try:
             wait_http(f"{url}/health", proc, timeout_s=300)
             for i in range(args.rounds):
@@ -106,10 +162,22 @@ def main() -> None:
                     time.sleep(61)  # a minute's refill
                 rounds.append(asyncio.run(_round(url, keys)))
                 print(json.dumps({"round": i + 1, **rounds[-1]}))
+                if args.rate_requests > 0:
+                    got = asyncio.run(_rates(url, keys, args.rate_requests))
+                    for name, values in got.items():
+                        rates[name] += values
+                    print(json.dumps({"round": i + 1, "req_per_s": got}))
         finally:
             stop(proc)
+    out: dict[str, Any] = {"ingress_replicas": 2, "rounds": rounds}
+    if rates["unlimited"]:
+        med = {k: statistics.median(v) for k, v in rates.items()}
+        ratio = {k: round(med[k] / med["unlimited"], 3) for k in RATE_KEYS[1:]}
+        out["rate"] = {"req_per_s": rates, "median": med, "ratio_to_unlimited": ratio}
+        runs = len(rates["unlimited"])
+        print(f"req/s (medians of {runs} runs each): {med}; ratios to no limits: {ratio}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"ingress_replicas": 2, "rounds": rounds}, indent=2))
+    Path(args.out).write_text(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """Component: a key's quota holds fleet-wide with two ingress replicas, which share their
 use (``cluster/quota_sync.py``): each enforces the whole limit against the fleet's use.
 
-Tolerance (``cluster/quotas.py``): the fleet can exceed a limit only by what another
-replica admitted within one sync delay (milliseconds); these requests are one at a time, so
-the limit is met exactly, and no request is refused while the fleet has room (the old
-split, limit/2 per replica, refused early whenever the proxy's spread was uneven).
+Tolerance (``cluster/quotas.py``): the fleet can exceed a per-minute limit only by what
+another replica admitted within one sync delay (milliseconds); these requests are one at a
+time, so the limit is met exactly, and no request is refused while the fleet has room (the
+old split, limit/2 per replica, refused early whenever the proxy's spread was uneven).
+Concurrency slots are granted by the status actor, so a burst gets exactly its limit too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ LIMIT = 10
 KEY_FILE: list[Path] = []
 STREAMS_KEY: list[str] = []
 STREAMS = 3
+BURST_KEY: list[str] = []
+BURST_STREAMS = 4
 TPM_KEY: list[str] = []
 ADMIN_KEY: list[str] = []
 TPM = 1000  # the split gave each of 2 replicas 500: an 800-token request never passed
@@ -40,6 +43,7 @@ def key(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     secret = add_key(path, "capped", limits=KeyLimits(requests_per_min=LIMIT))
     STREAMS_KEY.append(add_key(path, "three-streams", limits=KeyLimits(max_streams=STREAMS)))
     TPM_KEY.append(add_key(path, "tpm", limits=KeyLimits(tokens_per_min=TPM)))
+    BURST_KEY.append(add_key(path, "burst", limits=KeyLimits(max_streams=BURST_STREAMS)))
     ADMIN_KEY.append(add_key(path, "ops", admin=True))
     deploy_app(
         {
@@ -122,6 +126,41 @@ async def test_concurrent_streams_reach_the_limit_fleet_wide(key: str) -> None:
     assert codes == [200] * STREAMS + [429] * (12 - STREAMS), codes
 
 
+async def _burst_of_streams(secret: str, n: int) -> list[int]:
+    """``n`` streams sent at once, each 200 held open until all have their answers."""
+    hold, codes = asyncio.Event(), []
+    limits = httpx.Limits(max_connections=n + 4)
+    auth = {"authorization": f"Bearer {secret}"}
+    async with httpx.AsyncClient(base_url=TEST_URL, timeout=60, limits=limits) as c:
+        # open the connections first, so that the streams reach the ingresses at once
+        await asyncio.gather(*(c.get("/v1/models", headers=auth) for _ in range(n)))
+        tasks = [asyncio.create_task(_stream_status(c, secret, hold, codes)) for _ in range(n)]
+        deadline = time.monotonic() + 30
+        while len(codes) < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        hold.set()
+        await asyncio.gather(*tasks)
+    return codes
+
+
+async def test_a_burst_of_streams_gets_exactly_the_limit_then_the_slots_come_back(
+    key: str,
+) -> None:
+    # 30 at once over both ingress replicas: before the slot table each replica could fill
+    # the limit before hearing of the other (8 of a 4-stream limit was measured)
+    codes = await _burst_of_streams(BURST_KEY[0], 30)
+    assert sorted(codes) == [200] * BURST_STREAMS + [429] * (30 - BURST_STREAMS), codes
+    # the held streams were closed by the client: their slots reach the table again
+    deadline = time.monotonic() + 10
+    again: list[int] = []
+    while time.monotonic() < deadline:
+        again = await _burst_of_streams(BURST_KEY[0], BURST_STREAMS)
+        if again == [200] * BURST_STREAMS:
+            break
+        await asyncio.sleep(0.5)
+    assert again == [200] * BURST_STREAMS, again
+
+
 def test_fleet_status_shows_each_ingress_sharing_quotas(key: str) -> None:
     _codes(key, 1)  # each answering ingress has started its sync by now or on this call
     auth = {"authorization": f"Bearer {ADMIN_KEY[0]}"}
@@ -136,3 +175,4 @@ def test_fleet_status_shows_each_ingress_sharing_quotas(key: str) -> None:
         time.sleep(0.1)
     assert all(q["mode"] == "shared" for q in seen[-10:]), seen
     assert all(isinstance(q["sync_errors"], int) for q in seen)
+    assert all(q["slot_errors"] == 0 for q in seen), seen

@@ -61,7 +61,7 @@ def test_ingress_replicas_default() -> None:
     assert ingress_replicas(set_) == 3
 
 
-def test_unused_output_tokens_are_refunded(tmp_path: object) -> None:
+async def test_unused_output_tokens_are_refunded(tmp_path: object) -> None:
     from pathlib import Path
 
     from cluster.guard import Guard
@@ -73,12 +73,12 @@ def test_unused_output_tokens_are_refunded(tmp_path: object) -> None:
     key = guard.authenticate(f"Bearer {secret}", "/v1/completions")
     assert key is not None
     assert bearer_token(f"Bearer {secret}") == secret
-    first = guard.admit(key, 600)  # prompt + max_tokens
+    first = await guard.admit(key, 600)  # prompt + max_tokens
     guard.settle(first, 100)  # the answer's usage: 500 refunded
-    second = guard.admit(key, 600)  # fits only thanks to the refund
+    second = await guard.admit(key, 600)  # fits only thanks to the refund
     assert second.ticket is not None
     guard.settle(second, None)  # unknown usage (a stream): charged in full
     with pytest.raises(APIError) as err:
-        guard.admit(key, 600)
+        await guard.admit(key, 600)
     assert err.value.status == 429
     assert "retry-after" in err.value.headers

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
 
+from cluster.guard import Guard
+from cluster.keys import ApiKey, KeyLimits
 from cluster.quota_peers import PEER_STALE_S
 from cluster.quota_sync import MAX_AGE_S, QuotaSync, apply_batches, decode, encode
 from cluster.quotas import QuotaLimiter
+from contracts.http import APIError
 from replicas.route_log import RouteLog
+from replicas.slot_table import SlotTable
 from tests.unit.test_quotas import Clock, Limits
 
 
@@ -152,11 +157,13 @@ def test_wire_round_trip_and_bad_or_old_batches() -> None:
 
 
 class FakeActor:
-    """The status actor's two log methods, in process (``ray.get_actor`` stands in)."""
+    """The status actor's log and slot methods, in process (``ray.get_actor`` stands in)."""
 
     def __init__(self) -> None:
         self.log = RouteLog()
+        self.slots = SlotTable()
         self.down = False
+        self.slots_down = False
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self, f"_{name}")
@@ -168,10 +175,25 @@ class FakeActor:
 
         return Call
 
-    async def _append_routes(self, channel: str, origin: str, batch: bytes) -> int:
+    async def _append_routes(
+        self,
+        channel: str,
+        origin: str,
+        batch: bytes,
+        slots: tuple[int, dict[str, int]] | None = None,
+    ) -> int:
         if self.down:
             raise ConnectionError("actor down")
+        if slots is not None:
+            self.slots.report(origin, slots[1], slots[0], time.monotonic())
         return self.log.append(channel, origin, batch)
+
+    async def _acquire_slot(
+        self, key: str, origin: str, held: int, limit: int, ver: int
+    ) -> tuple[bool, int]:
+        if self.down or self.slots_down:
+            raise ConnectionError("actor down")
+        return self.slots.acquire(key, origin, held, limit, ver, time.monotonic())
 
     async def _routes_since(
         self, channel: str, epoch: str, seq: int, origin: str, wait_s: float
@@ -291,3 +313,96 @@ async def test_an_idle_replica_returns_to_shared_mode_after_an_outage() -> None:
         assert q.shared
     finally:
         sync.stop()
+
+
+async def until(cond: Any, what: str = "condition") -> None:
+    for _ in range(300):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def guards(actor: FakeActor) -> tuple[list[Guard], list[QuotaSync]]:
+    """Two ingress replicas' doors (ranks 0 and 1 of 2) sharing through ``actor``."""
+    gs = [Guard(None, share=0.5, rank=r) for r in (0, 1)]
+    syncs = [QuotaSync(g.quotas, "ch", wait_s=0.05, retry_s=0.05) for g in gs]
+    for s in syncs:
+        s._actor = lambda: actor  # type: ignore[method-assign]
+    return gs, syncs
+
+
+KEY = ApiKey("team", False, KeyLimits(max_streams=4), "kid")
+
+
+async def test_a_burst_of_streams_over_two_replicas_gets_exactly_the_limit() -> None:
+    """Before the slot table each replica judged on its own view: 40 concurrent streams on a
+    4-stream key over 2 ingresses got 8 (each filled the limit before hearing of the
+    other). Every slot is now granted in one place."""
+    actor = FakeActor()
+    gs, syncs = guards(actor)
+
+    refusals: list[APIError] = []
+
+    async def one(i: int) -> Any:
+        try:
+            return await gs[i % 2].admit(KEY, 0, syncs[i % 2])
+        except APIError as err:
+            refusals.append(err)
+            return None
+
+    try:
+        for s in syncs:
+            await s.ready()
+        passes = await asyncio.gather(*(one(i) for i in range(40)))
+        held = [p for p in passes if p is not None]
+        assert len(held) == 4
+        assert {(e.status, e.message.split(",")[0]) for e in refusals} == {
+            (429, "Rate limit reached for concurrent requests: limit 4")
+        }
+        # asks in flight counted as held until each replica's next batch says what it holds
+        await until(lambda: actor.slots.count("kid", time.monotonic()) == 4, "the reports")
+        # a stream ends: its slot reaches the table with the next batch, then is granted
+        end = held[0]
+        gs[0 if end.ticket in gs[0].quotas._open.values() else 1].settle(end, 0)
+        await until(lambda: actor.slots.count("kid", time.monotonic()) == 3, "the release")
+        assert (await one(1)) is not None
+        assert await one(0) is None
+    finally:
+        for s in syncs:
+            s.stop()
+
+
+async def test_a_refused_or_unused_slot_is_given_back() -> None:
+    actor = FakeActor()
+    gs, syncs = guards(actor)
+    tight = ApiKey("t", False, KeyLimits(requests_per_min=1, max_streams=2), "tid")
+    try:
+        await syncs[0].ready()
+        first = await gs[0].admit(tight, 0, syncs[0])
+        gs[0].settle(first, 0)
+        # granted a slot, then refused by requests per minute: the table must not keep it
+        with pytest.raises(APIError, match="requests per min") as refused:
+            await gs[0].admit(tight, 0, syncs[0])
+        assert refused.value.status == 429
+        await until(lambda: actor.slots.count("tid", time.monotonic()) == 0, "the give-back")
+    finally:
+        for s in syncs:
+            s.stop()
+
+
+async def test_without_an_answer_from_the_table_the_replicas_view_decides() -> None:
+    actor = FakeActor()
+    gs, syncs = guards(actor)
+    try:
+        await syncs[0].ready()
+        assert gs[0].quotas.shared
+        actor.slots_down = True  # the log still answers: shared mode, on this replica's view
+        passes = [await gs[0].admit(KEY, 0, syncs[0]) for _ in range(4)]
+        assert syncs[0].slot_errors >= 1
+        assert all(p.ticket is not None for p in passes)
+        with pytest.raises(APIError, match="concurrent requests: limit 4, in flight 4"):
+            await gs[0].admit(KEY, 0, syncs[0])
+    finally:
+        for s in syncs:
+            s.stop()

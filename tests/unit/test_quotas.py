@@ -4,14 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from cluster.quotas import (
-    IDLE_FORGET_S,
-    SWEEP_EVERY_S,
-    Admission,
-    QuotaLimiter,
-    format_duration,
-    retry_after_header,
-)
+from cluster.quotas import IDLE_FORGET_S, SWEEP_EVERY_S, Admission, QuotaLimiter
+from cluster.ratelimit_headers import format_duration, retry_after_header
 
 
 @dataclass(frozen=True, slots=True)
