@@ -38,6 +38,12 @@ _DONE = b"data: [DONE]\n\n"  # always the last event of a chat/completions strea
 _RESPONSE_DONE = b'"type":"response.completed"'  # a quote inside generated text is escaped
 
 
+def ends_stream(chunk: bytes) -> bool:
+    """The chunk holds a stream's terminal event (chat/completions' ``[DONE]``, or the
+    Responses API's ``response.completed``)."""
+    return chunk.endswith(_DONE) or _RESPONSE_DONE in chunk
+
+
 @dataclass(slots=True)
 class EdgeRecord:
     arrival: float  # time.monotonic() when the handler started
@@ -111,7 +117,7 @@ class StreamMeter:
             rec.gaps.append(now - rec.last_at)
         rec.last_at = now
         rec.chunks += 1
-        if not rec.ended and (chunk.endswith(_DONE) or _RESPONSE_DONE in chunk):
+        if not rec.ended and ends_stream(chunk):
             rec.ended = True  # a client that hangs up after this one did not cancel anything
         if _USAGE in chunk:  # JSON escapes quotes inside strings: only a real key matches
             chunk = self._usage(chunk)

@@ -26,7 +26,7 @@ from ray import serve
 from starlette.exceptions import HTTPException
 
 from cluster.breaker import CircuitBreaker
-from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage
+from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage, ends_stream
 from cluster.guard import Guard, Pass
 from cluster.openapi_spec import build_openapi
 from cluster.quota_sync import QuotaSync
@@ -331,10 +331,10 @@ class OpenAIIngress:
             self.guard.settle(grant, None)  # charged in full: the work may have been done
             raise
         usage = body_usage(data)  # parsed once: quotas and the edge metrics
-        if started.head.status >= 400:  # refused or failed: no tokens charged (the request
-            self.guard.settle(grant, 0)  # still counts against requests per minute)
-        else:
-            self.guard.settle(grant, None if usage is None else sum(usage))  # unused refunded
+        # refused or failed: no tokens charged (the request still counts against requests
+        # per minute); else the unused output tokens are refunded
+        used = 0 if started.head.status >= 400 else (None if usage is None else sum(usage))
+        await self.guard.settle_seen(grant, used, self.quota_sync)
         if rec is not None and self.edge is not None:
             rec.prompt_tokens, rec.output_tokens = usage or (0, 0)
             self.edge.finish(rec)
@@ -355,6 +355,10 @@ class OpenAIIngress:
         encode = lambda text: list(self.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
         meter = StreamMeter(rec, prep.usage_injected) if rec is not None else None
         done = False
+
+        def used() -> int | None:
+            return rec.prompt_tokens + rec.output_tokens if rec and rec.output_tokens else None
+
         try:
             async for chunk in self.relay.stream(
                 started,
@@ -368,11 +372,12 @@ class OpenAIIngress:
                     chunk = meter.feed(chunk)
                     if not chunk:
                         continue
+                if grant.ticket is not None and grant.ticket.slot and ends_stream(chunk):
+                    await self.guard.settle_seen(grant, used(), self.quota_sync)
                 yield chunk
             done = True
         finally:
-            used = rec.prompt_tokens + rec.output_tokens if rec and rec.output_tokens else None
-            self.guard.settle(grant, used)  # streams too: unused output tokens refunded
+            self.guard.settle(grant, used())  # streams too: unused output tokens refunded
             if rec is not None and self.edge is not None:
                 rec.streamed = True
                 rec.failed = started.failed

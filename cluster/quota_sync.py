@@ -25,7 +25,9 @@ Concurrency limits are exact: in shared mode a key's ``max_streams`` slot is gra
 status actor (``acquire``; ``replicas/slot_table.py``), one call per request of such a
 key, waited for at most ``slot_timeout_s`` (then this replica's own view decides). Each
 batch carries this replica's held slots too (``append_routes``' ``slots``): releases reach
-the table that way, within one batch interval of a stream's end.
+the table that way, and ``flush`` lets the ingress wait for that batch before the client
+sees its answer end (``guard.Guard.settle_seen``), so a client's next request is never
+refused for the one that just ended.
 Health: the limiter is in shared mode while the long poll answers (at least every
 ``wait_s``) and sends succeed; a failure or a timeout puts it back in split mode (each
 replica its part: never over the limit, possibly early refusals) until the next answer.
@@ -116,6 +118,7 @@ class QuotaSync:
         self._ver = 0  # orders this replica's words to the slot table
         self._slots_dirty = False  # the table may count a slot this replica does not hold
         self._slot_actor: Any = None
+        self._waiters: list[asyncio.Future[None]] = []  # flush() callers, for the next batch
         self._epoch, self._seq = "", 0
         self._send_ok = True
         self._wake: asyncio.Event | None = None
@@ -184,6 +187,23 @@ class QuotaSync:
             self._slots_dirty = True
             self._wake_sender()
 
+    async def flush(self, timeout_s: float = 0.5) -> None:
+        """Wait, at most ``timeout_s``, until what this replica has settled so far has
+        reached the status actor (the next batch; no extra call): a slot released before
+        the client sees its answer end cannot refuse the client's next request."""
+        if not self._tasks or self._loop is not asyncio.get_running_loop():
+            return
+        done = self._loop.create_future()
+        self._waiters.append(done)
+        self._wake_sender()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(done), timeout_s)
+
+    def _flushed(self, waiters: list[asyncio.Future[None]]) -> None:
+        for done in waiters:
+            if not done.done():
+                done.set_result(None)
+
     def _failed(self, what: str, err: BaseException) -> None:
         self.limiter.set_shared(False)
         self.errors += 1
@@ -199,9 +219,11 @@ class QuotaSync:
             self._wake.clear()
             taken = self.limiter.take_usage()
             dirty, self._slots_dirty = self._slots_dirty, False
+            waiters, self._waiters = self._waiters, []
             if taken is None:
                 streams = self.limiter.open_streams()
                 if not streams and self._send_ok and not dirty:
+                    self._flushed(waiters)  # the last batch, already answered, had it all
                     continue
                 # heartbeat: the peers keep counting our streams (or, after a failed send,
                 # a probe: shared mode returns only once a send succeeds again)
@@ -215,8 +237,10 @@ class QuotaSync:
                 call = actor.append_routes.remote(self.channel, self.origin, batch, slots)
                 await asyncio.wait_for(call, self.timeout_s)
                 self._send_ok = True
+                self._flushed(waiters)
             except Exception as err:  # this batch is lost to the peers: split until healed
                 actor, self._send_ok = None, False
+                self._flushed(waiters)  # (nothing to wait for: no one hears of it soon)
                 self._failed("send", err)
                 await asyncio.sleep(self.retry_s)
                 self._wake.set()  # send the open streams again

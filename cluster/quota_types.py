@@ -23,6 +23,7 @@ class Ticket:
     key_id: str
     tokens: int  # charged to the tokens bucket at admission (0 when the key has no TPM)
     limited: bool = True  # the key has a limit: its use is shared with the peers
+    slot: bool = False  # its concurrency slot was granted by the fleet's slot table
 
 
 @dataclass(frozen=True, slots=True)

@@ -246,7 +246,8 @@ class QuotaLimiter:
                 state.tokens.level -= cost
             state.in_flight += 1
             limited = state.requests or state.tokens or limits.max_streams is not None
-            ticket = Ticket(next(self._ids), key_id, cost, bool(limited))
+            granted = slot is not None and slot[0]
+            ticket = Ticket(next(self._ids), key_id, cost, bool(limited), granted)
             self._open[ticket.id] = ticket
             if limited:  # a key without limits costs the peers nothing to know about
                 self._note(key_id, 1 if state.requests is not None else 0, cost)

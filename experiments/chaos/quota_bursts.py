@@ -2,7 +2,8 @@
 
 Starts ``llmfleet up`` (null engine, 2 engine replicas, so 2 ingress replicas, keys on
 127.0.0.1), then, per round: one concurrent burst per key (3x its per-minute limit of short
-requests; 10x its stream limit of held streams), and 3x a limit of sequential requests.
+requests; 10x its stream limit of held streams), 3x a limit of sequential requests, and 40
+requests one after another on a 1-stream key (none should be refused).
 Rounds are a minute apart so that the buckets refill (what a burst overspent is owed).
 Then the cost of sharing: ``--rate-requests`` short requests at concurrency 16 with a key
 without limits (nothing shared), one with per-minute limits only (every admission and
@@ -126,7 +127,28 @@ async def _round(url: str, keys: dict[str, str]) -> dict[str, Any]:
             seq.append(r.status_code)
         first = seq.index(429) if 429 in seq else None
         out["sequential_seq10"] = {"limit": 10, "ok": seq.count(200), "first_429": first}
+        out["sequential_one_stream"] = await _one_at_a_time(c, keys["one"], 40)
     return out
+
+
+async def _one_at_a_time(c: httpx.AsyncClient, key: str, n: int) -> dict[str, int]:
+    """``n`` requests one after another, plain and streamed alternately, on a 1-stream key:
+    each is sent as soon as the previous answer ended, so every one should get its 200 (a
+    429 would mean a replica still counted the ended one)."""
+    headers = {"authorization": f"Bearer {key}"}
+    ok = 0
+    for i in range(n):
+        body: dict[str, Any] = {"model": MODEL, "prompt": "hi", "max_tokens": 3}
+        if i % 2:
+            body["stream"] = True
+            async with c.stream("POST", "/v1/completions", json=body, headers=headers) as r:
+                async for _ in r.aiter_bytes():
+                    pass
+                ok += r.status_code == 200
+        else:
+            r = await c.post("/v1/completions", json=body, headers=headers)
+            ok += r.status_code == 200
+    return {"sent": n, "ok": ok}
 
 
 def main() -> None:
@@ -141,6 +163,7 @@ def main() -> None:
         keys = {name: add_key(keyfile, name, limits=lim) for name, lim in LIMITS.items()}
         keys["streams"] = add_key(keyfile, "streams", limits=KeyLimits(max_streams=STREAMS))
         keys["seq10"] = add_key(keyfile, "seq10", limits=KeyLimits(requests_per_min=10))
+        keys["one"] = add_key(keyfile, "one", limits=KeyLimits(max_streams=1))
         per_min = KeyLimits(requests_per_min=10**6, tokens_per_min=10**9)
         keys["per_minute"] = add_key(keyfile, "per_minute", limits=per_min)
         big = KeyLimits(requests_per_min=10**6, tokens_per_min=10**9, max_streams=1000)

@@ -406,3 +406,29 @@ async def test_without_an_answer_from_the_table_the_replicas_view_decides() -> N
     finally:
         for s in syncs:
             s.stop()
+
+
+async def test_a_released_slot_reaches_the_table_before_the_answer_ends() -> None:
+    """Found by hand: on a busy fleet, 1 of 400 requests sent one after another on a
+    1-stream key got a 429 (the next request reached the table before the release of the
+    one whose answer had ended). ``settle_seen`` waits for the batch that carries it."""
+    actor = FakeActor()
+    gs, syncs = guards(actor)
+    one = ApiKey("one", False, KeyLimits(max_streams=1), "oid")
+    try:
+        for s in syncs:
+            await s.ready()
+        for i in range(6):  # one after another, over both replicas
+            g, s = gs[i % 2], syncs[i % 2]
+            grant = await g.admit(one, 0, s)
+            assert grant.ticket is not None
+            assert grant.ticket.slot
+            await g.settle_seen(grant, 0, s)
+            assert actor.slots.count("oid", time.monotonic()) == 0  # no wait for the sender
+        # without the wait, the table still counts the slot right after a plain settle
+        grant = await gs[0].admit(one, 0, syncs[0])
+        gs[0].settle(grant, 0)
+        assert actor.slots.count("oid", time.monotonic()) == 1  # (another replica's ask now: 429)
+    finally:
+        for s in syncs:
+            s.stop()
