@@ -106,13 +106,16 @@ class Guard:
     async def settle_seen(
         self, grant: Pass, used_tokens: int | None, sync: QuotaSync | None
     ) -> None:
-        """``settle``, then, for a slot the fleet's table granted, wait until the release
-        has reached the table, before the caller lets the client see its answer end: a
-        client that sends its next request at once is not refused for this one (found by
-        hand: 1 of 400 requests sent one after another on a 1-stream key got a 429 while the
-        fleet was busy)."""
+        """``settle``, then, when it changed what the fleet shares (a slot the fleet's table
+        granted, or a tokens refund), wait until it has reached the status actor, before
+        the caller lets the client see its answer end: a client that sends its next request
+        at once is not refused for this one (found by hand: 1 of 400 requests sent one
+        after another on a 1-stream key got a 429 while the fleet was busy). The table is
+        then exact; the peers' buckets hear of the refund by their long poll, which the
+        batch's arrival answers at once."""
         self.settle(grant, used_tokens)
-        if sync is not None and grant.ticket is not None and grant.ticket.slot:
+        ticket = grant.ticket
+        if sync is not None and ticket is not None and (ticket.slot or ticket.tokens > 0):
             await sync.flush()
 
     def settle(self, grant: Pass, used_tokens: int | None) -> None:

@@ -432,3 +432,20 @@ async def test_a_released_slot_reaches_the_table_before_the_answer_ends() -> Non
     finally:
         for s in syncs:
             s.stop()
+
+
+async def test_a_tokens_refund_is_sent_before_the_answer_ends() -> None:
+    actor = FakeActor()
+    gs, syncs = guards(actor)
+    tpm = ApiKey("tpm", False, KeyLimits(tokens_per_min=1000), "tpmid")
+    try:
+        await syncs[0].ready()
+        grant = await gs[0].admit(tpm, 800, syncs[0])  # prompt + max_tokens
+        await asyncio.sleep(0.02)  # the admission's batch is sent
+        sent = actor.log.next_seq("ch")
+        await gs[0].settle_seen(grant, 50, syncs[0])  # 750 unused: refunded
+        batches = actor.log.since("ch", actor.log.epoch, sent)[2]
+        assert [decode(b)[1] for _, b in batches] == [{"tpmid": (0.0, -750.0)}]
+    finally:
+        for s in syncs:
+            s.stop()
