@@ -159,6 +159,24 @@ def test_bad_input_gets_openai_error(
     assert "Traceback" not in r.text
 
 
+def test_a_compressed_body_gets_415(vllm_app: str) -> None:
+    import gzip
+
+    body = gzip.compress(json.dumps({"model": vllm_app, "prompt": "x"}).encode())
+    headers = {"content-type": "application/json", "content-encoding": "gzip"}
+    r = httpx.post(f"{TEST_URL}/v1/completions", content=body, headers=headers, timeout=30)
+    assert r.status_code == 415, r.text
+    assert r.json()["error"]["code"] == "unsupported_content_encoding"
+    plain = {"content-type": "application/json", "content-encoding": "identity"}
+    ok = httpx.post(
+        f"{TEST_URL}/v1/completions",
+        content=json.dumps({"model": vllm_app, "prompt": "x", "max_tokens": 1}).encode(),
+        headers=plain,
+        timeout=30,
+    )
+    assert ok.status_code == 200, ok.text
+
+
 def test_openai_client_raises_typed_errors(client: openai.OpenAI, vllm_app: str) -> None:
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="nope", prompt="x", max_tokens=1)
