@@ -29,7 +29,7 @@ from cluster.breaker import CircuitBreaker
 from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage, ends_stream
 from cluster.guard import Guard, Pass
 from cluster.openapi_spec import build_openapi
-from cluster.quota_sync import QuotaSync
+from cluster.quota_sync import QuotaSync, mode_gauge
 from cluster.relay import Relay, RelaySettings, Started
 from cluster.request_prep import (
     GENERATE_PATHS,
@@ -156,7 +156,7 @@ class OpenAIIngress:
         )
         # several ingress replicas: each counts the others' quota use (cluster/quota_sync.py)
         self.quota_sync = (
-            QuotaSync(self.guard.quotas)
+            QuotaSync(self.guard.quotas, report=mode_gauge())
             if self.guard.on and settings.get("quota_share", 1.0) < 1.0
             else None
         )

@@ -41,6 +41,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from cluster.quotas import QuotaLimiter
@@ -93,6 +94,16 @@ def apply_batches(
     return bad
 
 
+def mode_gauge() -> Callable[[bool], None]:
+    """A ``report`` for ``QuotaSync``: this ingress replica's
+    ``llmfleet_ingress_quota_shared`` (1 shared, 0 split; Serve adds the replica's labels)."""
+    from contracts.metrics import INGRESS_QUOTA_SHARED
+    from replicas.metrics import ray_metric
+
+    gauge = ray_metric(INGRESS_QUOTA_SHARED)
+    return lambda shared: gauge.set(1.0 if shared else 0.0)
+
+
 class QuotaSync:
     def __init__(
         self,
@@ -104,13 +115,17 @@ class QuotaSync:
         timeout_s: float = 2.0,
         retry_s: float = 1.0,
         slot_timeout_s: float = 1.0,
+        report: Callable[[bool], None] | None = None,
     ) -> None:
+        """``report`` is told the mode (True: shared) after every round of the receiver,
+        answered or failed (the ingress's ``llmfleet_ingress_quota_shared`` gauge)."""
         self.limiter = limiter
         self.channel = channel
         self.min_interval_s = min_interval_s
         self.heartbeat_s = heartbeat_s
         self.wait_s, self.timeout_s, self.retry_s = wait_s, timeout_s, retry_s
         self.slot_timeout_s = slot_timeout_s
+        self.report = report
         self.origin = uuid.uuid4().hex[:12]
         self.errors = 0
         self.bad = 0
@@ -265,14 +280,23 @@ class QuotaSync:
                 self.bad += apply_batches(self.limiter, batches, self.origin, time.time())
                 if self._heard is not None:
                     self._heard.set()
+                self._report()
                 if not self.limiter.shared:  # sends fail: poll again once they may not
                     await asyncio.sleep(self.retry_s)
             except Exception as err:
                 actor = None
                 self._failed("receive", err)
+                self._report()
                 if self._heard is not None:
                     self._heard.set()  # no log to wait for: split mode, no more waiting
                 await asyncio.sleep(self.retry_s)
+
+    def _report(self) -> None:
+        if self.report is not None:
+            try:
+                self.report(self.limiter.shared)
+            except Exception:  # a metric never stops the sharing
+                log.debug("quota mode report failed", exc_info=True)
 
     def _poke(self) -> None:
         """After an admission or settlement: wake the sender (from any thread)."""

@@ -88,6 +88,15 @@ REQUEST_OUTPUT_TOKENS = Metric(
     'Output tokens of answered requests by outcome (good tok/s = outcome="good").',
     ("model", "outcome"),
 )
+INGRESS_QUOTA_SHARED = Metric(
+    "llmfleet_ingress_quota_shared",
+    "gauge",
+    "edge",
+    "1",
+    "Per ingress replica: 1 while it enforces each key's whole quota against the fleet's "
+    "use (shared with the other ingress replicas), 0 while it falls back to its part "
+    "(limit/N: clients may be refused early). Only with API keys and several ingress replicas.",
+)
 
 # ---- engine: per replica --------------------------------------------------------------
 ENGINE_TTFT = _h(
@@ -295,6 +304,7 @@ CATALOGUE: tuple[Metric, ...] = (
     REQUESTS,
     REQUEST_PROMPT_TOKENS,
     REQUEST_OUTPUT_TOKENS,
+    INGRESS_QUOTA_SHARED,
     ENGINE_TTFT,
     ENGINE_QUEUE,
     ENGINE_PREFILL,

@@ -24,6 +24,7 @@ from contracts.metrics import (
     AUTOSCALER_CURRENT,
     AUTOSCALER_DESIRED,
     CACHED_TOKENS,
+    INGRESS_QUOTA_SHARED,
     KV_USAGE,
     PREFIX_QUERIED_TOKENS,
     REPLICA_HEALTHY,
@@ -205,10 +206,33 @@ def health_cases(get: Lookup, names: set[str]) -> list[Case]:
     return out
 
 
+def quota_cases(get: Lookup) -> list[Case]:
+    a = get("LLMFleetQuotaSharingDown")
+    labels = {"deployment": "OpenAIIngress", "replica": "i1"}
+
+    def shared(segments: list[tuple[float, int]]) -> tuple[tuple[str, str], ...]:
+        other = (series(INGRESS_QUOTA_SHARED, deployment="OpenAIIngress", replica="i2"), "1+0x15")
+        return ((series(INGRESS_QUOTA_SHARED, **labels), gauge(segments)), other)
+
+    return [
+        Case(
+            "quota: an ingress replica splits its quotas from minute 2 on",
+            shared([(1, 2), (0, 14)]),
+            (Fires(5, a.name, ()), Fires(8, a.name, (Firing(a, labels, 0),))),
+        ),
+        Case(
+            "quota: a 3-minute split heals",
+            shared([(1, 2), (0, 3), (1, 11)]),
+            (Fires(5, a.name, ()), Fires(10, a.name, ())),
+        ),
+    ]
+
+
 def all_cases(cfg: FleetConfig, get: Lookup, names: set[str]) -> list[Case]:
     return [
         *kv_cases(get),
         *autoscaler_cases(cfg, get),
         *prefix_cases(get),
         *health_cases(get, names),
+        *quota_cases(get),
     ]

@@ -20,6 +20,8 @@
                                                                    (left out when autoscaling may scale to 0)
                         LLMFleetEdgeMetricsAbsent        ticket    no requests counter at all, 10m (the
                                                                    ingress exports it at 0 from its start)
+                        LLMFleetQuotaSharingDown         ticket    an ingress replica's quota_shared == 0
+                                                                   (enforcing its part only), 5m
 
 The SLO rules and their windows are in ``slo_rules.py``. Thrashing counts direction changes:
 the sign of the desired count's change over 2m, sampled each minute, zeros dropped; a ramp
@@ -39,6 +41,7 @@ from contracts.metrics import (
     AUTOSCALER_CURRENT,
     AUTOSCALER_DESIRED,
     CACHED_TOKENS,
+    INGRESS_QUOTA_SHARED,
     KV_USAGE,
     PREFIX_QUERIED_TOKENS,
     REPLICA_HEALTHY,
@@ -53,6 +56,7 @@ TESTS_FILE = "rules/llmfleet.rules.test.yaml"
 KV_FULL = 0.98
 AT_MAX_FOR = "5m"
 NOT_CONVERGING_FOR = "10m"
+QUOTA_SPLIT_FOR = "5m"
 THRASH_DIRECTION_CHANGES = 4
 PREFIX_COLLAPSE = 0.5  # current hit rate below this share of the baseline's
 PREFIX_BASELINE_MIN = 0.2  # baselines under this are too small to collapse
@@ -190,6 +194,20 @@ def health_alerts(cfg: FleetConfig) -> list[Alert]:
     return out
 
 
+def quota_sharing_down() -> Alert:
+    return Alert(
+        name="LLMFleetQuotaSharingDown",
+        expr=f"{prom(INGRESS_QUOTA_SHARED)} == 0",
+        for_=QUOTA_SPLIT_FOR,
+        severity="ticket",
+        summary="Ingress replica {{ $labels.replica }} enforces only its part of each quota",
+        description="{{ $labels.replica }} has not shared its keys' quota use with the other "
+        f"ingress replicas for {QUOTA_SPLIT_FOR} (the status actor's log does not answer): "
+        "it enforces limit/N of every key's limits, so clients may be refused before their "
+        "limits. /fleet/status shows each ingress's quota mode and sync errors.",
+    )
+
+
 def _absent(metric: str, severity: str, who: str, why: str) -> Alert:
     return Alert(
         name=f"LLMFleet{who.capitalize()}MetricsAbsent",
@@ -214,7 +232,7 @@ def groups(cfg: FleetConfig) -> list[Group]:
     return [
         Group("llmfleet-slo", tuple(slo)),
         Group("llmfleet-capacity", capacity),
-        Group("llmfleet-health", tuple(health_alerts(cfg))),
+        Group("llmfleet-health", (*health_alerts(cfg), quota_sharing_down())),
     ]
 
 

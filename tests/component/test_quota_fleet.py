@@ -19,7 +19,14 @@ import httpx
 import pytest
 
 from cluster.keys import KeyLimits, add_key
-from tests.serve_fixtures import TEST_URL, delete_app, deploy_app, session_processes
+from contracts import metrics as M
+from tests.serve_fixtures import (
+    TEST_METRICS_PORT,
+    TEST_URL,
+    delete_app,
+    deploy_app,
+    session_processes,
+)
 
 pytestmark = [pytest.mark.component]
 MODEL = "smollm2-135m-instruct"
@@ -176,3 +183,37 @@ def test_fleet_status_shows_each_ingress_sharing_quotas(key: str) -> None:
     assert all(q["mode"] == "shared" for q in seen[-10:]), seen
     assert all(isinstance(q["sync_errors"], int) for q in seen)
     assert all(q["slot_errors"] == 0 for q in seen), seen
+
+
+def _mode_series() -> dict[str, float]:
+    """``llmfleet_ingress_quota_shared`` by its ``replica`` label, from Ray's metrics port."""
+    text = httpx.get(f"http://127.0.0.1:{TEST_METRICS_PORT}/metrics", timeout=10).text
+    name = M.prom(M.INGRESS_QUOTA_SHARED) + "{"
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name):
+            labels = dict(
+                part.split("=", 1) for part in line[len(name) : line.index("}")].split(",")
+            )
+            out[labels.get("replica", "").strip('"')] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_each_ingress_exports_its_quota_mode(key: str) -> None:
+    # the alert LLMFleetQuotaSharingDown reads this gauge (0: the replica splits its quotas)
+    from tests.component.test_observability_live import _live_ingresses
+
+    auth = {"authorization": f"Bearer {ADMIN_KEY[0]}"}
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+    live: list[str] = []
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + 60  # Ray's agent exports every few seconds
+    while time.monotonic() < deadline:
+        r = httpx.post(f"{TEST_URL}/v1/completions", json=body, headers=auth, timeout=30)
+        assert r.status_code == 200, r.text  # (each ingress starts its sync on a request)
+        live, seen = _live_ingresses(), _mode_series()
+        mine = [v for rep, v in seen.items() if rep and any(n.endswith(rep) for n in live)]
+        if len(live) == 2 and len(mine) == 2 and all(v == 1.0 for v in mine):
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"live ingress replicas {live}, exported modes {seen}")

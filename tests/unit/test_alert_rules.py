@@ -90,6 +90,7 @@ MUTATIONS = {  # id: (old text, new text, the cases that must catch it)
     "kv-threshold": (f"> {alerts.KV_FULL}", "> 0.995", "kv:"),
     "thrash-counts-zeros": ("[2m])) != 0", "[2m])) != 5", "autoscaler:"),
     "prefix-baseline": (f">= {alerts.PREFIX_BASELINE_MIN}", ">= 0.1", "prefix:"),
+    "quota-split-for": (f"for: {alerts.QUOTA_SPLIT_FOR}\n", "for: 10m\n", "quota:"),
 }
 
 

@@ -449,3 +449,20 @@ async def test_a_tokens_refund_is_sent_before_the_answer_ends() -> None:
     finally:
         for s in syncs:
             s.stop()
+
+
+async def test_the_mode_is_reported_every_round() -> None:
+    # the ingress's llmfleet_ingress_quota_shared gauge (alert LLMFleetQuotaSharingDown)
+    actor = FakeActor()
+    modes: list[bool] = []
+    sync = QuotaSync(QuotaLimiter(share=0.5), "ch", wait_s=0.02, retry_s=0.02, report=modes.append)
+    sync._actor = lambda: actor  # type: ignore[method-assign]
+    try:
+        await sync.ready()
+        await until(lambda: modes and modes[-1], "shared")
+        actor.down = True
+        await until(lambda: not modes[-1], "split")
+        actor.down = False
+        await until(lambda: modes[-1], "shared again")
+    finally:
+        sync.stop()
