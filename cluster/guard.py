@@ -89,9 +89,14 @@ class Guard:
         if key is None:
             return Pass(None)
         slot = None
-        if sync is not None and self.quotas.wants_slot(key.limits):
-            assert key.limits.max_streams is not None
-            slot = await sync.acquire(key.key_id, key.limits.max_streams)
+        limits = key.limits
+        if (
+            sync is not None
+            and self.quotas.wants_slot(limits)
+            and not self.quotas.buckets_refuse(key.key_id, limits, tokens)
+        ):
+            assert limits.max_streams is not None
+            slot = await sync.acquire(key.key_id, limits.max_streams)
         adm = self.quotas.admit(key.key_id, key.limits, tokens, slot)  # no await since acquire
         if not adm.ok:
             raise APIError(

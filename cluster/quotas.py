@@ -37,14 +37,12 @@ Fleet-wide: shared mode (the default with N > 1 ingress replicas) and the split 
     passes its answer to ``admit``; only when it cannot answer in time does this replica's
     view (its own streams plus the peers' last maps) decide, with the bucket tolerance.
     In **split** mode (no sync yet, or it failed) each replica enforces its part of every
-    limit (below), so the fleet total never exceeds the limit (except for limits below N,
-    where the floor of 1 per replica allows up to N); the cost is early refusal when a key's
-    traffic lands unevenly, and a request costing more than tokens_per_min × share is
-    refused (``tokens_exceed_limit``). Peers' usage is ignored in split mode.
+    limit (Knobs), peers' use ignored: the fleet never exceeds a limit of N or more; the
+    cost is early refusal when a key's traffic lands unevenly, and a request costing more
+    than tokens_per_min × share is refused (``tokens_exceed_limit``).
 Memory
-    A key's state is forgotten once it has been idle for more than ``IDLE_FORGET_S`` with
-    both buckets full and nothing in flight (a fresh state is identical); a sweep over all
-    keys runs at most every ``SWEEP_EVERY_S`` of clock time, inside ``admit``.
+    A key's state is forgotten after ``IDLE_FORGET_S`` idle with both buckets full and
+    nothing in flight (a fresh state is identical); swept at most every ``SWEEP_EVERY_S``.
 Contract
     - ``admit`` is synchronous, O(1) amortized, and never blocks.
     - Every ok ``Admission`` carries a ``Ticket`` that the caller settles exactly once when
@@ -159,6 +157,14 @@ class QuotaLimiter:
         """Shared mode and a concurrency limit: the slot is granted fleet-wide
         (``quota_sync.QuotaSync.acquire``), then passed to ``admit``."""
         return self._shared and limits.max_streams is not None
+
+    def buckets_refuse(self, key_id: str, limits: LimitsLike, tokens: int) -> bool:
+        """The per-minute limits alone would refuse this request now: no slot need be asked
+        for (a client hammering a spent key costs the status actor nothing)."""
+        now = self._clock()
+        state = self._state(key_id, limits, now)
+        cost = max(0, int(tokens)) if state.tokens is not None else 0
+        return self._check(key_id, state, limits, cost, (True, 0)) is not None
 
     def reserve(self, key_id: str) -> int:
         """A slot is being asked for: returns what this replica holds of the key before it

@@ -466,3 +466,27 @@ async def test_the_mode_is_reported_every_round() -> None:
         await until(lambda: modes[-1], "shared again")
     finally:
         sync.stop()
+
+
+async def test_a_spent_key_asks_the_table_for_nothing() -> None:
+    actor = FakeActor()
+    gs, syncs = guards(actor)
+    spent = ApiKey("s", False, KeyLimits(requests_per_min=1, max_streams=5), "sid")
+    asked: list[str] = []
+    acquire = syncs[0].acquire
+
+    async def counting(key_id: str, limit: int) -> tuple[bool, int] | None:
+        asked.append(key_id)
+        return await acquire(key_id, limit)
+
+    syncs[0].acquire = counting  # type: ignore[method-assign]
+    try:
+        await syncs[0].ready()
+        gs[0].settle(await gs[0].admit(spent, 0, syncs[0]), 0)
+        for _ in range(5):
+            with pytest.raises(APIError, match="requests per min"):
+                await gs[0].admit(spent, 0, syncs[0])
+        assert asked == ["sid"]  # only the first, which the buckets let through
+    finally:
+        for s in syncs:
+            s.stop()
