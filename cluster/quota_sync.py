@@ -205,8 +205,12 @@ class QuotaSync:
     async def flush(self, timeout_s: float = 0.5) -> None:
         """Wait, at most ``timeout_s``, until what this replica has settled so far has
         reached the status actor (the next batch; no extra call): a slot released before
-        the client sees its answer end cannot refuse the client's next request."""
+        the client sees its answer end cannot refuse the client's next request. Returns at
+        once while sends fail (split mode: no one would hear of it, and the sender waits
+        ``retry_s`` between tries)."""
         if not self._tasks or self._loop is not asyncio.get_running_loop():
+            return
+        if not self._send_ok or not self.limiter.shared:
             return
         done = self._loop.create_future()
         self._waiters.append(done)

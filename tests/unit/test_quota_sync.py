@@ -490,3 +490,24 @@ async def test_a_spent_key_asks_the_table_for_nothing() -> None:
     finally:
         for s in syncs:
             s.stop()
+
+
+async def test_settling_does_not_wait_while_the_sharing_is_down() -> None:
+    actor = FakeActor()
+    gs = [Guard(None, share=0.5, rank=0)]
+    syncs = [QuotaSync(gs[0].quotas, "ch", wait_s=0.05, retry_s=0.3)]  # between tries: 0.3 s
+    syncs[0]._actor = lambda: actor  # type: ignore[method-assign]
+    tpm = ApiKey("tpm", False, KeyLimits(tokens_per_min=10_000), "tid2")
+    try:
+        await syncs[0].ready()
+        actor.down = True
+        await until(lambda: not gs[0].quotas.shared, "split mode")
+        loop = asyncio.get_running_loop()
+        for _ in range(3):
+            grant = await gs[0].admit(tpm, 100, syncs[0])
+            t0 = loop.time()
+            await gs[0].settle_seen(grant, 10, syncs[0])
+            assert loop.time() - t0 < 0.1  # not until the sender's next try
+    finally:
+        for s in syncs:
+            s.stop()
