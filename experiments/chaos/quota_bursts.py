@@ -2,8 +2,9 @@
 
 Starts ``llmfleet up`` (null engine, 2 engine replicas, so 2 ingress replicas, keys on
 127.0.0.1), then, per round: one concurrent burst per key (3x its per-minute limit of short
-requests; 10x its stream limit of held streams), 3x a limit of sequential requests, and 40
-requests one after another on a 1-stream key (none should be refused).
+requests; 10x its stream limit of held streams), 3x a limit of sequential requests, and
+requests one after another on a 1-stream key (none should be refused), alone (40) and
+while another key keeps 16 requests in flight (100).
 Rounds are a minute apart so that the buckets refill (what a burst overspent is owed).
 Then the cost of sharing: ``--rate-requests`` short requests at concurrency 16 with a key
 without limits (nothing shared), one with per-minute limits only (every admission and
@@ -128,7 +129,31 @@ async def _round(url: str, keys: dict[str, str]) -> dict[str, Any]:
         first = seq.index(429) if 429 in seq else None
         out["sequential_seq10"] = {"limit": 10, "ok": seq.count(200), "first_429": first}
         out["sequential_one_stream"] = await _one_at_a_time(c, keys["one"], 40)
+        out["sequential_one_stream_busy"] = await _busy(url, keys, c)
     return out
+
+
+async def _busy(url: str, keys: dict[str, str], c: httpx.AsyncClient) -> dict[str, int]:
+    """``_one_at_a_time`` (100 requests) while another key keeps 16 requests in flight, so
+    the ingresses and the status actor are busy (the case that once got a 429 in 400)."""
+    stop = asyncio.Event()
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+    headers = {"authorization": f"Bearer {keys['all_three']}"}
+
+    async def worker(load: httpx.AsyncClient) -> None:
+        for _ in range(5000):  # bounded; stopped once the measured client is done
+            if stop.is_set():
+                return
+            await load.post("/v1/completions", json=body, headers=headers)
+
+    async with httpx.AsyncClient(base_url=url, timeout=60) as load:
+        tasks = [asyncio.create_task(worker(load)) for _ in range(16)]
+        await asyncio.sleep(1.0)
+        try:
+            return await _one_at_a_time(c, keys["one"], 100)
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
 
 
 async def _one_at_a_time(c: httpx.AsyncClient, key: str, n: int) -> dict[str, int]:
