@@ -8,6 +8,8 @@
   built without a cluster), ``full_rounds`` (Serve's retry loop over it, every replica
   full) and ``rounds_of`` (the rounds a request has had).
 - Autoscaler: ``snapshot`` (a ``MetricsSnapshot`` from a list of replica metrics).
+- Status actor: ``FakeStatusActor`` (its quota log and slot-table methods, in process) and
+  ``until`` (poll a condition on the event loop).
 - Metrics: ``FakeMetrics``, a metric factory (``factory(Metric)``) handing out one
   ``FakeMetric`` per catalogue entry, a Ray Counter/Gauge stand-in that checks tags as Ray does.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
@@ -24,6 +27,8 @@ from typing import Any
 from autoscaler.types import MetricsSnapshot, ReplicaMetrics, ScalingConfig
 from bench.stub_server import StubServer
 from contracts.metrics import Metric
+from replicas.route_log import RouteLog
+from replicas.slot_table import SlotTable
 from router.types import RequestView
 from router.views import make_request_view
 
@@ -212,3 +217,63 @@ class FakeMetrics:
 
     def __getitem__(self, metric: Metric) -> FakeMetric:
         return self(metric)
+
+
+class FakeStatusActor:
+    """The status actor's log and slot methods, in process (``ray.get_actor`` stands in)."""
+
+    def __init__(self) -> None:
+        self.log = RouteLog()
+        self.slots = SlotTable()
+        self.down = False
+        self.slots_down = False
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self, f"_{name}")
+
+        class Call:
+            @staticmethod
+            def remote(*args: Any) -> Any:
+                return method(*args)
+
+        return Call
+
+    async def _append_routes(
+        self,
+        channel: str,
+        origin: str,
+        batch: bytes,
+        slots: tuple[int, dict[str, int]] | None = None,
+    ) -> int:
+        if self.down:
+            raise ConnectionError("actor down")
+        if slots is not None:
+            self.slots.report(origin, slots[1], slots[0], time.monotonic())
+        return self.log.append(channel, origin, batch)
+
+    async def _acquire_slot(
+        self, key: str, origin: str, held: int, limit: int, ver: int
+    ) -> tuple[bool, int]:
+        if self.down or self.slots_down:
+            raise ConnectionError("actor down")
+        return self.slots.acquire(key, origin, held, limit, ver, time.monotonic())
+
+    async def _routes_since(
+        self, channel: str, epoch: str, seq: int, origin: str, wait_s: float
+    ) -> tuple[str, int, list[tuple[str, bytes]]]:
+        if self.down:
+            raise ConnectionError("actor down")
+        for _ in range(int(wait_s / 0.005)):
+            got = self.log.since(channel, epoch, seq, origin)
+            if got[2]:
+                return got
+            await asyncio.sleep(0.005)
+        return self.log.since(channel, epoch, seq, origin)
+
+
+async def until(cond: Any, what: str = "condition") -> None:
+    for _ in range(300):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
