@@ -262,6 +262,7 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
         "migrate_attempts": srv.migrate_attempts,
         "max_queued_requests": r.max_queued_requests,
         "max_body_bytes": srv.max_body_bytes,
+        "body_timeout_s": srv.body_timeout_s,
         "max_header_bytes": srv.max_header_bytes,
         "api_keys_file": srv.api_keys_file,
         "quota_share": 1.0 / n_ingress,

@@ -196,6 +196,11 @@ class ServerConfig(_Strict):
     max_body_bytes: int = Field(
         8 * 1024 * 1024, ge=1024, description="Largest request body; larger ones get 413."
     )
+    body_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Longest a client may take to send a request's body, from when the ingress starts reading it; slower gets 408 `request_timeout` (a stalled upload would otherwise hold its ingress slot for as long as the connection stays open).",
+    )
     max_header_bytes: int = Field(
         64 * 1024,
         ge=1024,

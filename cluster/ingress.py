@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException
 from cluster.breaker import CircuitBreaker
 from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage, ends_stream
 from cluster.guard import Guard, Pass
+from cluster.http_limits import check_headers, read_body
 from cluster.openapi_spec import build_openapi
 from cluster.quota_sync import QuotaSync, mode_gauge
 from cluster.relay import Relay, RelaySettings, Started
@@ -55,32 +56,6 @@ HEALTH_CACHE_S = 1.0
 
 def error_response(err: APIError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers or None)
-
-
-async def read_body(request: Request, cap: int) -> bytes:
-    """The body, or 413 as soon as it is known to be larger than ``cap`` (by its
-    Content-Length before reading anything, else while reading); 415 for a compressed body
-    (found by hand: a gzip body got 400 "not valid JSON: 'utf-8' codec can't decode")."""
-    coding = request.headers.get("content-encoding", "").strip().lower()
-    if coding not in ("", "identity"):
-        raise APIError(
-            415,
-            f"Content-Encoding {coding!r} is not supported: send the JSON body uncompressed",
-            code="unsupported_content_encoding",
-        )
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > cap:
-        raise _too_large(cap)
-    buf = bytearray()
-    async for chunk in request.stream():
-        buf += chunk
-        if len(buf) > cap:
-            raise _too_large(cap)
-    return bytes(buf)
-
-
-def _too_large(cap: int) -> APIError:
-    return APIError(413, f"request body is larger than {cap} bytes", code="request_too_large")
 
 
 @app.exception_handler(APIError)
@@ -147,6 +122,7 @@ class OpenAIIngress:
 
         self.limits = Limits(**settings["limits"])
         self.max_body = int(settings.get("max_body_bytes", 8 << 20))
+        self.body_timeout_s = float(settings.get("body_timeout_s", 60.0))
         self.max_headers = int(settings.get("max_header_bytes", 64 << 10))
         self.tokenizer = load_tokenizer(settings["tokenizer_path"])
         self.guard = Guard(
@@ -191,13 +167,7 @@ class OpenAIIngress:
         return self._health[1]
 
     def _auth(self, request: Request) -> Any:
-        size = sum(len(k) + len(v) for k, v in request.headers.raw)
-        if size > self.max_headers:
-            raise APIError(
-                431,
-                f"request headers are larger than {self.max_headers} bytes",
-                code="request_header_fields_too_large",
-            )
+        check_headers(request, self.max_headers)
         return self.guard.authenticate(request.headers.get("authorization"), request.url.path)
 
     @app.get("/openapi.json", include_in_schema=False)
@@ -307,7 +277,7 @@ class OpenAIIngress:
     async def _relay(self, request: Request, path: str, rec: EdgeRecord | None) -> Response:
         key = self._auth(request)
         self.relay.check_room()  # shed before reading or tokenizing anything
-        raw = await read_body(request, self.max_body)
+        raw = await read_body(request, self.max_body, self.body_timeout_s)
         prep = await asyncio.to_thread(prepare, path, raw, self.tokenizer, self.limits)
         if await self._fleet_healthy() is False:
             from cluster.relay import unavailable

@@ -24,6 +24,7 @@ from tests.serve_fixtures import TEST_URL, delete_app, deploy_app, session_proce
 pytestmark = [pytest.mark.component]
 MODEL = "smollm2-135m-instruct"
 KEYS: dict[str, str] = {}
+BODY_TIMEOUT_S = 5.0  # the 8 MiB body of test_big_bodies... arrives in ~0.1 s
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def guarded_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> 
     KEYS["rpm"] = add_key(path, "small", limits=KeyLimits(requests_per_min=3))
     KEYS["streams"] = add_key(path, "one", limits=KeyLimits(max_streams=1))
     KEYS["tpm"] = add_key(path, "few-tokens", limits=KeyLimits(tokens_per_min=100))
-    deploy_app(fleet_config(api_keys_file=str(path)), timeout_s=180)
+    deploy_app(fleet_config(api_keys_file=str(path), body_timeout_s=BODY_TIMEOUT_S), timeout_s=180)
     yield
     delete_app()
 
@@ -323,3 +324,36 @@ def test_oversized_headers_are_refused(guarded_app: None) -> None:
         return
     assert r.status_code == 431, r.status_code
     assert r.json()["error"]["code"] == "request_header_fields_too_large"
+
+
+def test_a_stalled_upload_gets_408_and_frees_its_request(guarded_app: None) -> None:
+    """Found by hand: a client that declares more body than it sends held its request (and
+    its ingress slot: Serve's max_ongoing_requests) for as long as it kept the connection
+    open. Now the ingress answers 408 once ``server.body_timeout_s`` has passed."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(TEST_URL)
+    part = b'{"model": "' + MODEL.encode() + b'", "prompt": "hel'
+    head = (
+        "POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        f"authorization: Bearer {KEYS['user']}\r\ncontent-length: {len(part) + 100}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((url.hostname, url.port), timeout=BODY_TIMEOUT_S + 20) as s:
+        t0 = time.monotonic()
+        s.sendall(head + part)
+        got = b""
+        while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        took = time.monotonic() - t0
+    head_text, _, body = got.partition(b"\r\n\r\n")
+    assert head_text.startswith(b"HTTP/1.1 408"), got[:300]
+    err = json.loads(body)["error"]
+    assert err["code"] == "request_timeout"
+    assert f"{len(part)} bytes received" in err["message"]
+    assert BODY_TIMEOUT_S - 0.5 < took < BODY_TIMEOUT_S + 10, took
+    r = httpx.post(f"{TEST_URL}/v1/completions", json=_completion(), headers=_auth("user"))
+    assert r.status_code == 200
