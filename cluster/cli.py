@@ -9,12 +9,9 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cluster.config import ConfigError, FleetConfig, load_config
-
-if TYPE_CHECKING:
-    from cluster.keys import KeyLimits
 
 # `llmfleet up` flag -> (config section, field)
 _FLAG_FIELDS = {
@@ -61,6 +58,11 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"llmfleet: already running (pid {state['pid']}, {state['url']}); run `llmfleet down` first",
             file=sys.stderr,
         )
+        return 1
+    try:
+        runtime.check_ports(cfg)  # before Ray: a taken port fails deep inside its start
+    except ValueError as err:
+        print(f"llmfleet: {err}", file=sys.stderr)
         return 1
     from replicas.model_prep import resolve_model
 
@@ -227,7 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=lambda _args: __import__("replicas.model_prep", fromlist=["main"]).main([]))
     _add_bench(sub)
     _add_sim(sub)
-    _add_keys(sub)
+    from cluster import keys_cli
+
+    keys_cli.add_parser(sub)  # keys add|list|remove
     _add_observe(sub)
     from cluster.deploy import cli as deploy_cli
 
@@ -250,79 +254,6 @@ def _add_sim(sub: Any) -> None:
     p = sub.add_parser("sim", help="virtual-time twin of a fleet (simulated replicas)")
     twin_cli.add_arguments(p)
     p.set_defaults(func=twin_cli.run)
-
-
-def _keys_file(args: argparse.Namespace) -> str:
-    if args.file:
-        return str(args.file)
-    configured = load_config(args.config).server.api_keys_file if args.config else None
-    if configured:
-        return configured
-    from cluster.runtime import STATE_DIR
-
-    return str(STATE_DIR / "keys.yaml")
-
-
-def _limits_text(limits: KeyLimits) -> str:
-    def show(v: int | None) -> str:
-        return "-" if v is None else str(v)
-
-    return f"{show(limits.requests_per_min):>6} {show(limits.tokens_per_min):>8} {show(limits.max_streams):>7}"
-
-
-def cmd_keys(args: argparse.Namespace) -> int:
-    from cluster import keys
-
-    try:
-        path = _keys_file(args)
-        if args.keys_command == "add":
-            limits = keys.KeyLimits(args.rpm, args.tpm, args.max_streams)
-            key = keys.add_key(
-                path, args.name, admin=args.admin, limits=limits, replace=args.replace
-            )
-            print(key, flush=True)
-            print(
-                f"llmfleet: key {args.name!r} (key_id {keys.digest(key)[:12]}) is shown once "
-                f"and not stored; only its SHA-256 went to {path}",
-                file=sys.stderr,
-            )
-        elif args.keys_command == "remove":
-            if not keys.remove_key(path, args.name):
-                print(f"llmfleet: no key {args.name!r} in {path}", file=sys.stderr)
-                return 2
-            print(f"llmfleet: removed {args.name!r} from {path}", file=sys.stderr)
-        else:
-            print(
-                f"{'name':<20} {'admin':>5} {'rpm':>6} {'tpm':>8} {'streams':>7} {'key_id':<12} created"
-            )
-            for k in keys.list_keys(path):
-                print(
-                    f"{k.name:<20} {k.admin!s:>5} {_limits_text(k.limits)} {k.key_id:<12} {k.created}"
-                )
-    except (ValueError, OSError) as err:  # KeyFileError and ConfigError are ValueErrors
-        print(f"llmfleet: {err}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _add_keys(sub: Any) -> None:
-    where = argparse.ArgumentParser(add_help=False)
-    group = where.add_mutually_exclusive_group()
-    group.add_argument("--file", default=None, help="key file (default: ~/.llmfleet/keys.yaml)")
-    group.add_argument("--config", default=None, help="take the file from server.api_keys_file")
-    p = sub.add_parser("keys", help="API keys for the OpenAI API (only hashes are stored)")
-    ksub = p.add_subparsers(dest="keys_command", required=True)
-    add = ksub.add_parser("add", parents=[where], help="create a key; prints it once")
-    add.add_argument("name")
-    add.add_argument("--admin", action="store_true", help="may use the admin endpoints")
-    add.add_argument("--rpm", type=int, default=None, help="requests per minute (default: no cap)")
-    add.add_argument("--tpm", type=int, default=None, help="tokens per minute (default: no cap)")
-    add.add_argument("--max-streams", type=int, default=None, help="concurrent requests")
-    add.add_argument("--replace", action="store_true", help="rotate an existing name's key")
-    ksub.add_parser("list", parents=[where], help="names, limits and key ids (never keys)")
-    rm = ksub.add_parser("remove", parents=[where], help="delete a key")
-    rm.add_argument("name")
-    p.set_defaults(func=cmd_keys)
 
 
 # ---- observability: `dashboards render|push`, `report` (cluster/observe/) ----------------

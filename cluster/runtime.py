@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,29 @@ def deploy(cfg: FleetConfig, *, enable_metrics: bool = True) -> str:
         blocking=False,
     )
     return f"http://{cfg.server.host}:{cfg.server.port}"
+
+
+def check_ports(cfg: FleetConfig) -> None:
+    """Refuse to start while a port the fleet will listen on is taken, naming the setting.
+    Found by hand: a taken API port ended `llmfleet up` in a traceback from Serve's proxy
+    actor, a taken metrics port in Ray's "The current node timed out during startup"."""
+    node = cfg.server.host if cfg.server.host != "0.0.0.0" else "127.0.0.1"
+    wanted = [(cfg.server.host, cfg.server.port, "server.port")]
+    if cfg.server.ingress == "direct":
+        proxy = cfg.server.port + DIRECT_PROXY_PORT_OFFSET
+        wanted.append((cfg.server.host, proxy, "server.port + 100 (Serve's proxy, direct)"))
+    wanted.append((node, cfg.server.metrics_export_port, "server.metrics_export_port"))
+    for host, port, what in wanted:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
+            try:
+                s.bind(addr)
+            except OSError as err:
+                raise ValueError(
+                    f"{what}: cannot listen on {host}:{port} ({err.strerror}); if a fleet "
+                    "still holds it, `llmfleet down` stops it; else choose another port"
+                ) from None
 
 
 def check_deploy_exposure(cfg: FleetConfig) -> None:
