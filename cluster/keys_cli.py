@@ -53,10 +53,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
                 return 2
             print(f"llmfleet: removed {args.name!r} from {path}", file=sys.stderr)
         else:
+            rows = keys.list_keys(path)  # read first: an unreadable file prints no header
             print(
                 f"{'name':<20} {'admin':>5} {'rpm':>6} {'tpm':>8} {'streams':>7} {'key_id':<12} created"
             )
-            for k in keys.list_keys(path):
+            for k in rows:
                 print(
                     f"{k.name:<20} {k.admin!s:>5} {_limits_text(k.limits)} {k.key_id:<12} {k.created}"
                 )
