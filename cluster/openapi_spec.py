@@ -90,8 +90,11 @@ ERROR_STATUSES = {
     "400": "Invalid request (malformed JSON, a bad or missing field, a value out of range)",
     "401": "Missing or unknown API key",
     "404": "Unknown model",
+    "408": "The request body did not all arrive within the server's body timeout",
     "413": "Request body too large",
+    "415": "Compressed request body (Content-Encoding other than identity)",
     "429": "Too many requests waiting",
+    "431": "Request headers too large",
     "503": "No replica can take the request now",
 }
 PERMISSIVE: dict[str, Any] = {"type": "object"}

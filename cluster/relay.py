@@ -19,8 +19,10 @@
   ``max_queued_requests`` is a looser second line (``cluster/app.py``). The client gets its
   status only after a replica accepted, so overload is never a 200 followed by an error.
 - **What is retried.** Only a replica's death (Ray reports the actor died or is
-  unavailable): the request did not finish and another replica can run it. An error the
-  engine raised is the request's own failure and is not retried (it would fail again).
+  unavailable, or the replica gave its requests up: its engine stalled or its engine core
+  died): the request did not finish and another replica can run it; once the budget is
+  spent, 503 with ``Retry-After``. An error the engine raised is the request's own failure
+  and is not retried (it would fail again).
 - **Circuit breaking.** Every failure is charged to its replica (``breaker.py``); a request
   carries ``avoid`` (open breakers + replicas that failed it) for the router adapter.
 """
@@ -215,6 +217,8 @@ class Relay:
                     continue
                 self.counters.failed += 1
                 log.warning("request failed on replica %s: %r", rid or "?", err)
+                if replica_died(err):  # the budget is spent: no replica could run it now
+                    raise unavailable() from None
                 raise APIError(
                     500, "generation failed", type="server_error", code="engine_error"
                 ) from None

@@ -102,6 +102,7 @@ class LoopEngine:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._hang = False
+        self._died: str | None = None
 
     def hang(self) -> None:
         """Fault injection (tests, chaos benchmarks): the loop stops stepping, as a stuck
@@ -135,12 +136,27 @@ class LoopEngine:
         for rid in self._live_ids():
             await self.abort(rid)
 
+    def die(self) -> None:
+        """Fault injection: the loop ends, as an engine core process that exits would; the
+        replica's process stays up."""
+        self._died = "the engine core died (injected)"
+        if self._task is not None:
+            self._task.cancel()
+
+    def dead(self) -> str | None:
+        if self._closed or self._task is None or not self._task.done():
+            return None
+        if self._died is not None:
+            return self._died
+        exc = self._task.exception() if not self._task.cancelled() else None
+        return f"engine loop died: {exc!r}"
+
     async def check_health(self) -> None:
         if self._closed:
             raise RuntimeError("engine shut down")
-        if self._task is not None and self._task.done():
-            exc = self._task.exception() if not self._task.cancelled() else None
-            raise RuntimeError(f"engine loop died: {exc!r}")
+        why = self.dead()
+        if why is not None:
+            raise RuntimeError(why)
 
 
 @runtime_checkable
@@ -157,5 +173,10 @@ class Engine(Protocol):
     def stats(self) -> ReplicaStats: ...
 
     async def check_health(self) -> None: ...
+
+    def dead(self) -> str | None:
+        """Why the engine can serve nothing more (it died under its requests), else None;
+        cheap: the replica asks it for every item it relays."""
+        ...
 
     async def shutdown(self) -> None: ...

@@ -47,6 +47,9 @@ class FaultyEngine:
     async def check_health(self) -> None:
         await self.inner.check_health()
 
+    def dead(self) -> str | None:
+        return self.inner.dead()
+
     async def shutdown(self) -> None:
         await self.inner.shutdown()
 

@@ -49,7 +49,7 @@ class LLMReplica:
             engine_spec = {**engine_spec, "settings": {**settings, "kv_events_endpoint": endpoint}}
         self.engine = build_engine(engine_spec)
         self._stall = StallWatch(float(engine_spec.get("stall_timeout_s", 30.0)))
-        self._stalled: str | None = None
+        self._failed: str | None = None  # stalled or dead: every request fails over
         self._fault_injection = bool(engine_spec.get("fault_injection", False))
         self._failing = False  # inject_fault("fail")
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -86,10 +86,11 @@ class LLMReplica:
         status = None
         while True:
             with contextlib.suppress(Exception):
+                self._fail(self.engine.dead())  # first: a dead engine's stats may raise
                 stats = self.engine.stats()
                 self._watch(stats.ongoing, stats.steps)
                 if self._metrics is not None:
-                    self._metrics.set_gauges(stats, healthy=self._stalled is None)
+                    self._metrics.set_gauges(stats, healthy=self._failed is None)
                 status = status or get_status_actor()
                 if status is not None:
                     status.report.remote(replica_id, stats.to_wire(), os.getpid())
@@ -99,8 +100,9 @@ class LLMReplica:
         self, payload: dict[str, Any]
     ) -> AsyncIterator[Accepted | ResponseHead | bytes]:
         fwd: ForwardedRequest = payload["request"]
-        if self._stalled is not None:
-            raise ReplicaFailed(self._stalled)
+        why = self._failed or self.engine.dead()
+        if why is not None:
+            raise ReplicaFailed(why)
         yield Accepted(self.replica_id)
         if self._failing:
             raise InjectedFault(f"injected failure on replica {self.replica_id}")
@@ -109,10 +111,16 @@ class LLMReplica:
             self._handlers.add(task)
         try:
             async for item in self.frontend.handle(fwd):
+                if (why := self.engine.dead()) is not None:
+                    # the engine died under this request, and its OpenAI layer answers
+                    # with an error (found by hand: vLLM's streams ended "EngineCore
+                    # encountered an issue"); another replica can run it: the ingress
+                    # resends or migrates it
+                    raise ReplicaFailed(why)
                 yield item
         except asyncio.CancelledError:
-            if self._stalled is not None:  # failed by the stall watch, not by the caller
-                raise ReplicaFailed(self._stalled) from None
+            if self._failed is not None:  # failed by the watch, not by the caller
+                raise ReplicaFailed(self._failed) from None
             raise
         finally:
             if task is not None:
@@ -120,22 +128,28 @@ class LLMReplica:
 
     def _watch(self, ongoing: float, steps: float) -> None:
         """Past the stall timeout: fail what this replica holds and refuse new work."""
-        if self._stalled is not None:
-            return
-        if self._stall.stalled(ongoing, steps, time.monotonic()):
-            self._stalled = (
+        if self._failed is None and self._stall.stalled(ongoing, steps, time.monotonic()):
+            self._fail(
                 f"engine stalled: {int(ongoing)} requests unfinished and no step for "
                 f"{self._stall.timeout_s:.0f} s"
             )
-            log.error("%s; failing its requests and the health check", self._stalled)
-            for task in list(self._handlers):
-                task.cancel()
+
+    def _fail(self, why: str | None) -> None:
+        """The engine stalled or died: fail the requests this replica holds (the ingress
+        resends or migrates them), refuse new ones, fail the health check."""
+        if why is None or self._failed is not None:
+            return
+        self._failed = why
+        log.error("%s; failing its requests and the health check", why)
+        for task in list(self._handlers):
+            task.cancel()
 
     async def inject_fault(self, kind: str) -> str:
         """Testing only (``engine.fault_injection``): ``hang`` stops the engine's steps;
         ``fail`` makes every request this replica accepts from now on fail (an engine
         error, the replica stays up and healthy: a flapping replica); ``recover`` undoes
-        ``fail``. Returns this replica's id."""
+        ``fail``; ``die`` ends the engine's loop, as an engine core process that exits
+        would (the replica's process stays up). Returns this replica's id."""
         if not self._fault_injection:
             raise PermissionError("fault injection is off (engine.fault_injection)")
         engine = getattr(self.engine, "inner", self.engine)
@@ -143,6 +157,8 @@ class LLMReplica:
             self._failing = kind == "fail"
         elif kind == "hang" and hasattr(engine, "hang"):
             engine.hang()
+        elif kind == "die" and hasattr(engine, "die"):
+            engine.die()
         else:
             raise ValueError(f"fault {kind!r} is not supported by this engine")
         return self.replica_id
@@ -163,8 +179,8 @@ class LLMReplica:
         await self.engine.check_health()
         stats = self.engine.stats()
         self._watch(stats.ongoing, stats.steps)
-        if self._stalled is not None:
-            raise RuntimeError(self._stalled)
+        if self._failed is not None:
+            raise RuntimeError(self._failed)
 
     async def __del__(self) -> None:
         from replicas.status_registry import get_status_actor

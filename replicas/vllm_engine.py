@@ -267,8 +267,15 @@ class VLLMEngine:
             arrived_requests=self._tracker.arrived_requests,
             num_preemptions=v.num_preemptions,
             steps=v.steps,
-            healthy=self._llm is not None and self._dead is None,
+            healthy=self._llm is not None and self.dead() is None,
         )
+
+    def dead(self) -> str | None:
+        """Why this engine can serve nothing more: its engine core process exited (vLLM's
+        client then fails every request in flight and every new one), else None."""
+        if self._dead is None and self._llm is not None and self._llm.errored:
+            self._dead = "the engine core died"
+        return self._dead
 
     async def check_health(self) -> None:
         if self._llm is None:

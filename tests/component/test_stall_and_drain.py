@@ -96,6 +96,46 @@ async def test_hung_engine_is_replaced_and_its_streams_end(ray_session: None) ->
         delete_app()
 
 
+async def test_a_dead_engine_core_fails_its_streams_over_at_once(ray_session: None) -> None:
+    """Found by hand on vLLM: SIGKILL of a replica's engine core (the actor stays up) ended
+    its 8 streams with vLLM's in-band "EngineCore encountered an issue", and the next
+    request got a 500. Now the replica gives its requests up as soon as its engine is dead:
+    the ingress migrates them. The stall timeout (60 s here) plays no part."""
+    from ray import serve
+
+    from cluster.app import APP_NAME, REPLICA_DEPLOYMENT
+
+    cfg = _fleet(2, 0.02, fault_injection=True)
+    cfg["replicas"]["stall_timeout_s"] = 60.0
+    deploy_app(cfg, timeout_s=180)
+    try:
+        async with httpx.AsyncClient(base_url=TEST_URL, timeout=120) as c:
+            before = _replica_ids()
+            streams = [asyncio.create_task(_stream(c, 300)) for _ in range(6)]  # ~6 s each
+            await asyncio.sleep(1.0)
+            handle = serve.get_deployment_handle(REPLICA_DEPLOYMENT, APP_NAME)
+            dead = await handle.inject_fault.remote("die")
+            assert dead in before
+            t0 = time.monotonic()
+            results = await asyncio.gather(*streams)
+            ended_s = time.monotonic() - t0
+            ok = await _stream(c, 5)
+            counters = (await c.get("/fleet/status")).json()["ingress"]
+        assert all(r["status"] == 200 and r["done"] and not r["errors"] for r in results), results
+        assert all(r["finish"] == ["length"] for r in results), results
+        assert ended_s < 20, ended_s  # the streams' own length, not the stall timeout
+        assert ok["finish"] == ["length"], ok
+        assert counters["migrated"] >= 1, counters
+        assert counters["failed"] == 0, counters
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and dead in _replica_ids():
+            await asyncio.sleep(1.0)
+        assert dead not in _replica_ids(), "the replica with a dead engine was not replaced"
+        assert len(_replica_ids() - before) >= 1
+    finally:
+        delete_app()
+
+
 async def test_scale_down_drains_streams(ray_session: None) -> None:
     deploy_app(_fleet(3, 0.2), timeout_s=180)
     try:

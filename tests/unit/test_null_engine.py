@@ -131,3 +131,38 @@ def test_a_consumer_that_falls_behind_gets_merged_deltas() -> None:
     assert all(d.text == " x" * len(d.token_ids) for d in deltas)
     assert deltas[-1].finish_reason == FINISH_LENGTH
     assert deltas[-1].completion_tokens == 60
+
+
+def test_a_died_engine_says_why_and_fails_its_health_check() -> None:
+    """``die`` (fault injection) ends the loop as an engine core that exits would: ``dead``
+    says why (the replica fails its requests over on it) and the health check fails; a
+    shut-down engine is not dead, and a loop that crashed is."""
+
+    async def run() -> tuple[str | None, str | None, str | None, str | None]:
+        eng = NullEngine(step_s=0.01)
+        await eng.start()
+        alive = eng.dead()
+        eng.die()
+        await asyncio.sleep(0.05)
+        died = eng.dead()
+        with pytest.raises(RuntimeError, match="engine core died"):
+            await eng.check_health()
+        await eng.shutdown()
+        closed = eng.dead()
+        crashed = NullEngine(step_s=0.01)
+
+        async def boom() -> None:
+            raise ValueError("boom")
+
+        crashed._loop = boom  # type: ignore[method-assign]
+        await crashed.start()
+        await asyncio.sleep(0.01)
+        return alive, died, closed, crashed.dead()
+
+    alive, died, closed, crashed = asyncio.run(run())
+    assert alive is None
+    assert died is not None
+    assert "engine core died" in died
+    assert closed is None
+    assert crashed is not None
+    assert "boom" in crashed

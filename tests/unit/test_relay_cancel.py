@@ -17,11 +17,12 @@ import pytest
 
 from cluster.breaker import CircuitBreaker
 from cluster.relay import Relay, RelaySettings
-from contracts.http import Accepted, ResponseHead
+from contracts.http import Accepted, APIError, ReplicaFailed, ResponseHead
 
 
 class _Call:
-    """A streaming handle call that yields ``items`` and then waits forever."""
+    """A streaming handle call that yields ``items`` (raises those that are exceptions) and
+    then waits forever."""
 
     def __init__(self, items: list[Any]) -> None:
         self.items = list(items)
@@ -32,7 +33,10 @@ class _Call:
 
     async def __anext__(self) -> Any:
         if self.items:
-            return self.items.pop(0)
+            item = self.items.pop(0)
+            if isinstance(item, Exception):
+                raise item
+            return item
         await asyncio.Event().wait()  # the replica is still working (or the slot is busy)
         raise AssertionError("unreachable")
 
@@ -136,3 +140,18 @@ def test_a_stream_handed_to_starlette_always_runs_its_cleanup(when: str) -> None
 
     asyncio.run(main())
     assert ran == ["start", "finally"]
+
+
+def test_a_request_every_replica_gives_up_gets_503_after_the_resends() -> None:
+    """A replica that gives a request up (its engine stalled or died: ``ReplicaFailed``) has
+    it resent; once ``migrate_attempts`` resends failed too, the client gets 503
+    ``no_healthy_replica`` with Retry-After, not a 500 (found by hand: the request sent
+    just after an engine core died got 500 ``engine_error``)."""
+    handle = _Handle([ReplicaFailed("the engine core died")])
+    relay = Relay(handle, RelaySettings(migrate_attempts=2), CircuitBreaker(threshold=3), _healthy)
+    with pytest.raises(APIError) as err:
+        asyncio.run(relay.start({}))
+    assert (err.value.status, err.value.code) == (503, "no_healthy_replica")
+    assert err.value.headers.get("retry-after") == "1"
+    assert len(handle.calls) == 3
+    assert relay.counters.retried == 2
