@@ -207,6 +207,7 @@ class Relay:
                 raise APIError(504, "request timed out", type="timeout", code="timeout") from None
             except Exception as err:
                 call.cancel()
+                rid = rid or str(getattr(err, "replica_id", "") or "")  # refused, named
                 if rid:
                     self.breaker.failure(rid)
                     failed_on.add(rid)

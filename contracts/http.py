@@ -54,8 +54,15 @@ class ResponseHead:
 
 
 class ReplicaFailed(RuntimeError):
-    """The replica cannot finish this request but another one can (its engine stalled, it is
-    being replaced): the ingress resends or migrates it as if the replica had died."""
+    """The replica cannot finish this request but another one can (its engine stalled or
+    died, it is being replaced): the ingress resends or migrates it as if the replica had
+    died, avoiding ``replica_id`` (set by the replica: a request it refuses before
+    accepting it carries no other trace of where it went). Kept an instance attribute: Ray
+    re-raises it as a subclass that reads missing attributes from the original."""
+
+    def __init__(self, message: str, replica_id: str = "") -> None:
+        super().__init__(message)
+        self.replica_id = replica_id
 
 
 class APIError(Exception):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -27,6 +28,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from contracts.http import Accepted, ForwardedRequest, ReplicaFailed, ResponseHead
+from contracts.stats import ReplicaStats
 from replicas.factory import build_engine
 from replicas.faults import InjectedFault
 from replicas.metrics import ReplicaMetrics
@@ -89,6 +91,7 @@ class LLMReplica:
                 self._fail(self.engine.dead())  # first: a dead engine's stats may raise
                 stats = self.engine.stats()
                 self._watch(stats.ongoing, stats.steps)
+                stats = self._stats()
                 if self._metrics is not None:
                     self._metrics.set_gauges(stats, healthy=self._failed is None)
                 status = status or get_status_actor()
@@ -102,7 +105,7 @@ class LLMReplica:
         fwd: ForwardedRequest = payload["request"]
         why = self._failed or self.engine.dead()
         if why is not None:
-            raise ReplicaFailed(why)
+            raise self._give_up(why)
         yield Accepted(self.replica_id)
         if self._failing:
             raise InjectedFault(f"injected failure on replica {self.replica_id}")
@@ -116,15 +119,26 @@ class LLMReplica:
                     # with an error (found by hand: vLLM's streams ended "EngineCore
                     # encountered an issue"); another replica can run it: the ingress
                     # resends or migrates it
-                    raise ReplicaFailed(why)
+                    raise self._give_up(why)
                 yield item
         except asyncio.CancelledError:
             if self._failed is not None:  # failed by the watch, not by the caller
-                raise ReplicaFailed(self._failed) from None
+                raise self._give_up(self._failed) from None
             raise
         finally:
             if task is not None:
                 self._handlers.discard(task)
+
+    def _give_up(self, why: str) -> ReplicaFailed:
+        return ReplicaFailed(why, self.replica_id)
+
+    def _stats(self) -> ReplicaStats:
+        """The engine's stats; unhealthy once this replica fails its requests over, so the
+        routers keep new ones off it while Serve still has it in its set (found by hand:
+        a stalled vLLM replica, idle once its streams had moved, drew the next request
+        three times and it got a 503 although the other replica was free)."""
+        stats = self.engine.stats()
+        return stats if self._failed is None else dataclasses.replace(stats, healthy=False)
 
     def _watch(self, ongoing: float, steps: float) -> None:
         """Past the stall timeout: fail what this replica holds and refuse new work."""
@@ -167,13 +181,13 @@ class LLMReplica:
         await self.engine.abort(request_id)
 
     def stats(self) -> dict[str, float]:
-        return self.engine.stats().to_wire()
+        return self._stats().to_wire()
 
     def record_routing_stats(self) -> dict[str, float]:
-        return self.engine.stats().to_wire()
+        return self._stats().to_wire()
 
     def record_autoscaling_stats(self) -> dict[str, float]:
-        return self.engine.stats().to_wire()
+        return self._stats().to_wire()
 
     async def check_health(self) -> None:
         await self.engine.check_health()

@@ -48,12 +48,14 @@ class _Handle:
     def __init__(self, items: list[Any]) -> None:
         self.items = items
         self.calls: list[_Call] = []
+        self.avoided: list[frozenset[str]] = []
         self.handle = self
 
     def options(self, **_: Any) -> _Handle:
         return self
 
-    def remote(self, _payload: dict[str, Any]) -> _Call:
+    def remote(self, payload: dict[str, Any]) -> _Call:
+        self.avoided.append(payload.get("avoid", frozenset()))
         call = _Call(self.items)
         self.calls.append(call)
         return call
@@ -155,3 +157,39 @@ def test_a_request_every_replica_gives_up_gets_503_after_the_resends() -> None:
     assert err.value.headers.get("retry-after") == "1"
     assert len(handle.calls) == 3
     assert relay.counters.retried == 2
+
+
+def test_a_resend_avoids_the_replica_that_refused_the_request() -> None:
+    """A replica that refuses a request before accepting it (its engine failed) names itself
+    in ``ReplicaFailed``, as Ray re-raises it in the ingress; the resend avoids it. Found by
+    hand: a stalled vLLM replica, idle once its streams had moved, drew the next request
+    three times (503) while the other replica was free."""
+    from ray.exceptions import RayTaskError
+
+    try:
+        raise ReplicaFailed("engine stalled", "r-dead")
+    except ReplicaFailed as err:
+        as_raised = RayTaskError("handle", "traceback", err).as_instanceof_cause()
+    assert isinstance(as_raised, ReplicaFailed)
+    handle = _Handle([as_raised])
+    first = handle.remote
+
+    def refuse_once(payload: dict[str, Any]) -> _Call:
+        call = first(payload)
+        handle.items = []  # the resend waits for a slot
+        return call
+
+    handle.remote = refuse_once  # type: ignore[method-assign]
+    relay = _relay(handle)
+
+    async def run() -> None:
+        task = asyncio.create_task(relay.start({}))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    assert len(handle.calls) == 2
+    assert "r-dead" not in handle.avoided[0]
+    assert "r-dead" in handle.avoided[1]
