@@ -136,6 +136,11 @@ class LoopEngine:
         for rid in self._live_ids():
             await self.abort(rid)
 
+    async def ping(self) -> None:
+        """Answers while the loop can step; a hung one (``hang``) never answers, as a stuck
+        engine core does not answer vLLM's utility calls."""
+        await self._maybe_hang()
+
     def die(self) -> None:
         """Fault injection: the loop ends, as an engine core process that exits would; the
         replica's process stays up."""
@@ -173,6 +178,12 @@ class Engine(Protocol):
     def stats(self) -> ReplicaStats: ...
 
     async def check_health(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Returns once the engine's core has answered (vLLM: a round trip to the engine
+        core process). The replica pings an idle engine to find one that hung before a
+        request does."""
+        ...
 
     def dead(self) -> str | None:
         """Why the engine can serve nothing more (it died under its requests), else None;

@@ -50,6 +50,9 @@ class FaultyEngine:
     def dead(self) -> str | None:
         return self.inner.dead()
 
+    async def ping(self) -> None:
+        await self.inner.ping()
+
     async def shutdown(self) -> None:
         await self.inner.shutdown()
 

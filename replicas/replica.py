@@ -35,6 +35,7 @@ from replicas.metrics import ReplicaMetrics
 from replicas.stall import StallWatch
 
 GAUGE_PERIOD_S = 1.0
+PROBE_EVERY_S = 5.0  # an idle engine is pinged this often (``_maybe_probe``)
 log = logging.getLogger("llmfleet.replica")
 
 
@@ -52,6 +53,8 @@ class LLMReplica:
         self.engine = build_engine(engine_spec)
         self._stall = StallWatch(float(engine_spec.get("stall_timeout_s", 30.0)))
         self._failed: str | None = None  # stalled or dead: every request fails over
+        self._probe: asyncio.Task[None] | None = None
+        self._probed_at = 0.0
         self._fault_injection = bool(engine_spec.get("fault_injection", False))
         self._failing = False  # inject_fault("fail")
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -91,6 +94,7 @@ class LLMReplica:
                 self._fail(self.engine.dead())  # first: a dead engine's stats may raise
                 stats = self.engine.stats()
                 self._watch(stats.ongoing, stats.steps)
+                self._maybe_probe(stats.ongoing)
                 stats = self._stats()
                 if self._metrics is not None:
                     self._metrics.set_gauges(stats, healthy=self._failed is None)
@@ -148,6 +152,29 @@ class LLMReplica:
                 f"{self._stall.timeout_s:.0f} s"
             )
 
+    def _maybe_probe(self, ongoing: float) -> None:
+        """Ping an idle engine every ``PROBE_EVERY_S``: the stall watch needs unfinished
+        work to see a hung engine, so without this the first requests routed to an idle hung
+        engine each waited the stall timeout (found by hand: a SIGSTOPped vLLM engine core
+        on an idle replica passed every health check)."""
+        now = time.monotonic()
+        if self._failed is not None or ongoing > 0 or now - self._probed_at < PROBE_EVERY_S:
+            return
+        if self._probe is not None and not self._probe.done():
+            return
+        self._probed_at = now
+        self._probe = asyncio.get_running_loop().create_task(self._ping())
+
+    async def _ping(self) -> None:
+        timeout_s = self._stall.timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.engine.ping()
+        except TimeoutError:
+            self._fail(f"engine not answering: an idle probe got no answer in {timeout_s:.0f} s")
+        except Exception:  # a dead engine is `dead()`: the report loop fails it over
+            pass
+
     def _fail(self, why: str | None) -> None:
         """The engine stalled or died: fail the requests this replica holds (the ingress
         resends or migrates them), refuse new ones, fail the health check."""
@@ -200,6 +227,8 @@ class LLMReplica:
         from replicas.status_registry import get_status_actor
 
         self._report_task.cancel()
+        if self._probe is not None:
+            self._probe.cancel()
         with contextlib.suppress(Exception):  # its row would otherwise linger for STALE_S
             status = get_status_actor()
             if status is not None:

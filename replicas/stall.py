@@ -7,7 +7,8 @@ added and not finished; ``steps``: cumulative engine steps) and measures how lon
 engine has had work without stepping. The replica polls it every second and in
 ``check_health``; past ``timeout_s`` it fails the requests it holds (with
 ``ReplicaFailed``, so the ingress resends or migrates them), refuses new ones and fails its
-health check, and Serve replaces it.
+health check, and Serve replaces it. An idle engine has no work to stall on: the replica
+pings it instead (``LLMReplica._maybe_probe``), with the same timeout.
 """
 
 from __future__ import annotations

@@ -277,6 +277,9 @@ class VLLMEngine:
             self._dead = "the engine core died"
         return self._dead
 
+    async def ping(self) -> None:
+        await self._llm.is_sleeping()  # a utility call: answered by the engine core process
+
     async def check_health(self) -> None:
         if self._llm is None:
             raise RuntimeError("engine not started")

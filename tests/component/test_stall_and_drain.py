@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from replicas.replica import PROBE_EVERY_S
 from tests.serve_fixtures import TEST_URL, delete_app, deploy_app
 
 pytestmark = [pytest.mark.component]
@@ -92,6 +93,18 @@ async def test_hung_engine_is_replaced_and_its_streams_end(ray_session: None) ->
             while time.monotonic() < deadline and len(_replica_ids() - before) < 1:
                 await asyncio.sleep(1.0)
             assert _replica_ids() - before, "the hung replica was not replaced"
+            # an engine that hangs while idle: no stall to see, so the replica pings it
+            # (every PROBE_EVERY_S); found by hand on vLLM, where such a replica passed
+            # every health check and each request routed to it waited the stall timeout
+            await handle.inject_fault.remote("hang")
+            await asyncio.sleep(PROBE_EVERY_S + 3.0 + 1.0)  # a probe, its timeout, a report
+            took = []
+            for _ in range(8):
+                t0 = time.monotonic()
+                r = await _stream(c, 5)
+                took.append(time.monotonic() - t0)
+                assert r["finish"] == ["length"], r
+            assert max(took) < 2.0, took  # none waited the 3-s stall timeout on it
     finally:
         delete_app()
 

@@ -33,3 +33,42 @@ def test_a_replica_that_failed_over_reports_itself_unhealthy() -> None:
     replica._failed = "engine stalled: 2 requests unfinished and no step for 30 s"
     for read in (replica.record_routing_stats, replica.record_autoscaling_stats, replica.stats):
         assert not from_wire(read()).healthy
+
+
+def test_an_idle_engine_that_stops_answering_fails_the_replica_over() -> None:
+    """The stall watch needs unfinished work; an idle engine is pinged instead (found by
+    hand: a SIGSTOPped vLLM engine core on an idle replica passed every health check, and
+    the requests routed to it each waited the stall timeout). Busy engines are not pinged;
+    an answering one is left alone."""
+    import asyncio
+
+    from replicas.null_engine import NullEngine
+    from replicas.replica import LLMReplica
+
+    async def run() -> tuple[str | None, str | None, bool]:
+        replica = object.__new__(LLMReplica)
+        replica.engine = NullEngine(step_s=0.01)
+        replica._stall = StallWatch(timeout_s=0.2)
+        replica._failed = None
+        replica._handlers = set()
+        replica._probe, replica._probed_at = None, 0.0
+        await replica.engine.start()
+        replica._maybe_probe(ongoing=0)
+        assert replica._probe is not None
+        await replica._probe
+        answered = replica._failed
+        replica.engine.hang()
+        replica._probed_at = 0.0
+        replica._maybe_probe(ongoing=2)  # busy: the stall watch's to judge
+        busy = replica._probe.done()
+        replica._maybe_probe(ongoing=0)
+        await asyncio.sleep(0.4)
+        hung = replica._failed
+        await replica.engine.shutdown()
+        return answered, hung, busy
+
+    answered, hung, busy = asyncio.run(run())
+    assert answered is None
+    assert busy is True  # no new probe was started for a busy engine
+    assert hung is not None
+    assert "not answering" in hung
