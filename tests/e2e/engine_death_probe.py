@@ -34,6 +34,9 @@ async def main() -> dict[str, Any]:
     await eng.start()
     out: dict[str, Any] = {"alive": eng.dead()}
     try:
+        t0 = time.monotonic()
+        await asyncio.wait_for(eng.ping(), 30)  # the replica's idle probe: answered at once
+        out["ping_s"] = round(time.monotonic() - t0, 3)
         req = GenerateRequest("probe", list(range(100, 140)), 400, ignore_eos=True)
         stream = eng.generate(req)
         await anext(stream)  # streaming

@@ -1,4 +1,5 @@
-"""End to end: when the real vLLM engine core process dies, ``VLLMEngine.dead()`` says so at
+"""End to end: an idle real vLLM engine answers the replica's probe (``ping``) at once, and when its
+engine core process dies, ``VLLMEngine.dead()`` says so at
 once; the replica relies on it to give its requests up (the ingress migrates them) instead
 of relaying vLLM's in-band "EngineCore encountered an issue" (found by hand). The fleet
 path is ``tests/component/test_stall_and_drain.py`` (null engines, injected death)."""
@@ -27,6 +28,7 @@ def test_a_killed_engine_core_is_seen_dead_at_once() -> None:
     assert lines, (out.returncode, out.stderr[-3000:])
     result = json.loads(lines[-1].removeprefix("RESULT "))
     assert result["alive"] is None
+    assert result["ping_s"] < 2, result  # an idle engine core answers the probe at once
     assert result["dead"] == "the engine core died", result
     assert result["seconds"] < 5, result  # the request's failure and `dead` come together
     assert result["request"].startswith("raised"), result
