@@ -1,8 +1,9 @@
-"""End to end: an idle real vLLM engine answers the replica's probe (``ping``) at once, and when its
-engine core process dies, ``VLLMEngine.dead()`` says so at
-once; the replica relies on it to give its requests up (the ingress migrates them) instead
-of relaying vLLM's in-band "EngineCore encountered an issue" (found by hand). The fleet
-path is ``tests/component/test_stall_and_drain.py`` (null engines, injected death)."""
+"""End to end, on the real vLLM engine: an idle engine answers the replica's probe (``ping``)
+at once, and when its engine core process dies, ``VLLMEngine.dead()`` says so at once. The
+replica relies on both: it gives a dead engine's requests up (the ingress migrates them)
+instead of relaying vLLM's in-band "EngineCore encountered an issue" (found by hand), and
+fails over an idle engine that stops answering. The fleet paths are in
+``tests/component/test_stall_and_drain.py`` (null engines, injected faults)."""
 
 from __future__ import annotations
 
