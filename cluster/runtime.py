@@ -31,6 +31,9 @@ def base_env() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_SERVE_LOG_TO_STDERR", "0")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Serve restarts a dead HTTP proxy (the process holding the port) after 3 failed health
+    # checks in a row: every 2 s instead of 10, the port is back in ~6 s instead of ~24 s
+    os.environ.setdefault("RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S", "2")
 
 
 DIRECT_PROXY_PORT_OFFSET = 100  # direct ingress: Serve's proxy still starts; keep it aside
