@@ -31,11 +31,12 @@ def base_env() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_SERVE_LOG_TO_STDERR", "0")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # Serve restarts a dead HTTP proxy (the process holding the port) after 3 failed health
-    # checks in a row: every 2 s instead of 10, the port is back in ~6 s instead of ~24 s
-    os.environ.setdefault("RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S", "2")
+    os.environ.setdefault(*PROXY_HEALTH_ENV)
 
 
+# Serve restarts a dead HTTP proxy (the process holding the port) after 3 failed health
+# checks in a row: every 2 s instead of 10, the port is back in ~6 s instead of ~24 s
+PROXY_HEALTH_ENV = ("RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S", "2")
 DIRECT_PROXY_PORT_OFFSET = 100  # direct ingress: Serve's proxy still starts; keep it aside
 
 
@@ -73,6 +74,13 @@ def throughput_env(cfg: FleetConfig) -> dict[str, str]:
         "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
         "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
     }
+
+
+def cluster_serve_env(cfg: FleetConfig) -> dict[str, str]:
+    """What every node of a multi-node fleet starts Ray with (``ray up``'s start commands,
+    KubeRay's containers), as `llmfleet up` sets it locally: read by Serve's processes at
+    import, so it must be in each node's environment before ``ray start``."""
+    return dict([PROXY_HEALTH_ENV]) | throughput_env(cfg)
 
 
 def http_options(cfg: FleetConfig) -> dict[str, Any]:

@@ -89,6 +89,9 @@ def _env(cfg: FleetConfig, gpu: bool) -> list[dict[str, Any]]:
         {"name": "RAY_AUTH_MODE", "value": "token"},
         _secret_env("RAY_AUTH_TOKEN", TOKEN_SECRET, TOKEN_KEY),
     ]
+    from cluster.runtime import cluster_serve_env  # Serve's settings, as `llmfleet up` has
+
+    env += [{"name": k, "value": v} for k, v in sorted(cluster_serve_env(cfg).items())]
     if cfg.server.api_keys_file is None:  # with a file, KeyStore would merge both: duplicates
         env.append(_secret_env("LLMFLEET_API_KEYS", KEYS_SECRET, KEYS_KEY))
     if gpu and weights_kind(cfg) == "object":

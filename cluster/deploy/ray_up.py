@@ -222,6 +222,13 @@ def _secrets(cfg: FleetConfig) -> str:
     return "chmod 600 " + " ".join(paths)
 
 
+def _serve_exports(cfg: FleetConfig) -> str:
+    """Serve's settings that `llmfleet up` sets locally (``runtime.cluster_serve_env``)."""
+    from cluster.runtime import cluster_serve_env
+
+    return "".join(f" {k}={shlex.quote(v)}" for k, v in sorted(cluster_serve_env(cfg).items()))
+
+
 def head_start(cfg: FleetConfig) -> list[str]:
     flags = [
         "--head",
@@ -242,7 +249,7 @@ def head_start(cfg: FleetConfig) -> list[str]:
     return [
         "ray stop",
         _secrets(cfg),
-        f"export {AUTH_ENV}; ulimit -n 65536; ray start {' '.join(flags)}",
+        f"export {AUTH_ENV}{_serve_exports(cfg)}; ulimit -n 65536; ray start {' '.join(flags)}",
         *head_services.start_commands(cfg),
         # the dashboard (serve deploy's API) may need a few seconds after ray start
         f"export {AUTH_ENV}; timeout 300 bash -c 'until {deploy}; do sleep 10; done'",
@@ -265,7 +272,7 @@ def worker_start(cfg: FleetConfig) -> list[str]:
     return [
         "ray stop",
         _secrets(cfg),
-        f"export {AUTH_ENV}; ulimit -n 65536; ray start {' '.join(flags)}",
+        f"export {AUTH_ENV}{_serve_exports(cfg)}; ulimit -n 65536; ray start {' '.join(flags)}",
     ]
 
 

@@ -99,7 +99,7 @@ def test_mutations_are_caught(name: str, path: str, value: Any, expected: str) -
             lambda c: c.replace("--dashboard-host=127.0.0.1", "--dashboard-host=0.0.0.0"),
             "127.0.0.1",
         ),
-        (lambda c: c.replace("export RAY_AUTH_MODE=token; ", ""), "without RAY_AUTH_MODE=token"),
+        (lambda c: c.replace(" RAY_AUTH_MODE=token", ""), "without RAY_AUTH_MODE=token"),
     ],
 )
 def test_policy_mutations_are_caught(edit: Any, expected: str) -> None:
@@ -172,7 +172,7 @@ def test_token_auth_dashboard_and_head_without_gpus(name: str) -> None:
         chmod = next(i for i, c in enumerate(cmds) if c.startswith("chmod 600 ~/.ray/auth_token"))
         start = next(i for i, c in enumerate(cmds) if "ray start" in c)
         assert chmod < start
-    assert all(c.startswith("export RAY_AUTH_MODE=token;") for c in start_commands(doc))
+    assert all(c.startswith("export RAY_AUTH_MODE=token ") for c in start_commands(doc))
     [head] = [c for c in doc["head_start_ray_commands"] if "ray start" in c]
     assert "--dashboard-host=127.0.0.1" in head
     assert "--num-gpus=0" in head
@@ -180,6 +180,27 @@ def test_token_auth_dashboard_and_head_without_gpus(name: str) -> None:
     assert "serve deploy ~/llmfleet/serve/serve-config.yaml" in doc["head_start_ray_commands"][-1]
     if name != "onprem":
         assert doc["available_node_types"]["head"]["resources"] == {"CPU": 8, "GPU": 0}
+
+
+@pytest.mark.parametrize("throughput", [True, False])
+def test_every_node_starts_ray_with_serves_settings_as_llmfleet_up_does(throughput: bool) -> None:
+    """Found in review: `server.throughput_mode` (on by default) and the proxy's health
+    period were set only by `llmfleet up`; a `ray up` fleet ran Serve's defaults."""
+    from cluster.deploy import kuberay_rayservice
+    from cluster.runtime import PROXY_HEALTH_ENV
+
+    cfg = example("aws")
+    cfg.server.throughput_mode = throughput
+    grpc = "RAY_SERVE_USE_GRPC_BY_DEFAULT"
+    exports = [c.split(";")[0] for c in start_commands(cluster_yaml(cfg))]
+    assert len(exports) >= 2  # head and worker
+    for line in exports:
+        assert "=".join(PROXY_HEALTH_ENV) in line.split()
+        assert (f"{grpc}=1" in line.split()) is throughput
+    for gpu in (False, True):
+        env = {e["name"]: e.get("value") for e in kuberay_rayservice._env(cfg, gpu)}
+        assert env[PROXY_HEALTH_ENV[0]] == PROXY_HEALTH_ENV[1]
+        assert (env.get(grpc) == "1") is throughput
 
 
 def test_the_token_variable_is_the_one_ray_reads() -> None:
