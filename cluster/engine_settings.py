@@ -133,10 +133,22 @@ class EngineConfig(_Strict):
     null: NullArgs = Field(default_factory=NullArgs, description="Null engine arguments.")
     fault_injection: bool = Field(
         False,
-        description="Testing only: replicas accept inject_fault('hang', 'fail' or 'recover') through their handle (chaos tests and benchmarks).",
+        description="Testing only: replicas accept inject_fault('hang', 'die', 'fail' or 'recover') through their handle (chaos tests and benchmarks).",
     )
     fail_after_tokens: int | None = Field(
         None,
         ge=0,
         description="Testing only: every request fails after this many tokens (exercises failure paths).",
     )
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _yaml_null(cls, value: Any) -> Any:
+        """Found by hand: ``type: null`` in YAML is no value, not the null engine, and the
+        error said "Input should be 'vllm', 'sim' or 'null'"."""
+        if value is None:
+            raise ValueError(
+                "no engine type: YAML reads a bare `null` as no value; "
+                'for the null engine write type: "null" (quoted)'
+            )
+        return value

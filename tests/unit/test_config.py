@@ -29,6 +29,17 @@ def test_bad_value_names_path_and_reason() -> None:
     assert "greater than or equal" in msg
 
 
+def test_a_bare_yaml_null_engine_type_says_to_quote_it(tmp_path: Path) -> None:
+    """Found by hand: ``type: null`` is YAML's null, and the error listed 'null' among the
+    allowed values; the quoted string is the null engine."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text("engine:\n  type: null\n")
+    with pytest.raises(ConfigError, match=r'engine\.type: .*write type: "null" \(quoted\)'):
+        load_config(path)
+    path.write_text('engine:\n  type: "null"\n')
+    assert load_config(path).engine.type == "null"
+
+
 def test_autoscaling_bounds_checked() -> None:
     with pytest.raises(ConfigError, match="min_replicas must be <= max_replicas"):
         parse_config({"autoscaling": {"min_replicas": 5, "max_replicas": 2}})
