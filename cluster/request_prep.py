@@ -175,7 +175,9 @@ def prompt_text(body: dict[str, Any]) -> str:
     prompt = body.get("prompt", body.get("input"))
     if isinstance(prompt, str):
         return prompt
-    parts = [_text(m.get("content")) for m in body.get("messages") or () if isinstance(m, dict)]
+    messages = body.get("messages")  # not a list (found by fuzzing: true): vLLM's 400
+    messages = messages if isinstance(messages, list) else ()
+    parts = [_text(m.get("content")) for m in messages if isinstance(m, dict)]
     if isinstance(prompt, list):
         parts += [p for p in prompt if isinstance(p, str)]
     return "".join(parts)

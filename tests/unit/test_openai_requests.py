@@ -298,6 +298,16 @@ def test_unrenderable_shapes_route_on_load_alone(tokenizer: Any) -> None:
     assert _sent(p)["n"] == 2  # forwarded unchanged: the replica's OpenAI layer decides
 
 
+@pytest.mark.parametrize("messages", [True, 5, 1.5, {"role": "user"}])
+def test_messages_of_the_wrong_type_are_left_to_the_replica(tokenizer: Any, messages: Any) -> None:
+    """Found by fuzzing: ``"messages": true`` made the ingress's length bound iterate a bool
+    (500). The ingress now passes such a body on for the replica's OpenAI layer to refuse
+    (vLLM: a 400 naming ``messages``; checked by the e2e fuzz test)."""
+    body = {"model": "m", "messages": messages, "max_tokens": 1}
+    p = _prep("/v1/chat/completions", body, tokenizer)
+    assert _sent(p)["messages"] == messages
+
+
 def test_chat_template_and_routing_view(tokenizer: Any) -> None:
     body = {
         "model": "m",
