@@ -95,7 +95,7 @@ class LLMReplica:
                 stats = self.engine.stats()
                 self._watch(stats.ongoing, stats.steps)
                 self._maybe_probe(stats.ongoing)
-                stats = self._stats()
+                stats = self._stats(stats)
                 if self._metrics is not None:
                     self._metrics.set_gauges(stats, healthy=self._failed is None)
                 status = status or get_status_actor()
@@ -136,12 +136,13 @@ class LLMReplica:
     def _give_up(self, why: str) -> ReplicaFailed:
         return ReplicaFailed(why, self.replica_id)
 
-    def _stats(self) -> ReplicaStats:
-        """The engine's stats; unhealthy once this replica fails its requests over, so the
-        routers keep new ones off it while Serve still has it in its set (found by hand:
-        a stalled vLLM replica, idle once its streams had moved, drew the next request
-        three times and it got a 503 although the other replica was free)."""
-        stats = self.engine.stats()
+    def _stats(self, stats: ReplicaStats | None = None) -> ReplicaStats:
+        """The engine's stats (``stats`` if already read); unhealthy once this replica fails
+        its requests over, so the routers keep new ones off it while Serve still has it in
+        its set (found by hand: a stalled vLLM replica, idle once its streams had moved,
+        drew the next request three times and it got a 503 although the other replica was
+        free)."""
+        stats = self.engine.stats() if stats is None else stats
         return stats if self._failed is None else dataclasses.replace(stats, healthy=False)
 
     def _watch(self, ongoing: float, steps: float) -> None:
