@@ -259,6 +259,7 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
         "tokenizer_path": model_dir,
         "request_timeout_s": srv.request_timeout_s,
         "admission_timeout_s": srv.admission_timeout_s,
+        "cold_start_timeout_s": srv.cold_start_timeout_s,
         "migrate_attempts": srv.migrate_attempts,
         "max_queued_requests": r.max_queued_requests,
         "max_body_bytes": srv.max_body_bytes,

@@ -211,6 +211,11 @@ class ServerConfig(_Strict):
         gt=0,
         description="Longest a request waits for a replica to take it; then 429 (503 with no healthy replica) with Retry-After, before any 200.",
     )
+    cold_start_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="While no replica is serving at all (a fleet scaling up from zero, or its only replica being replaced), a request waits for one to start, up to this long in all; then 503 with Retry-After. Raise it for models whose replicas take longer to start.",
+    )
     migrate_attempts: int = Field(
         2,
         ge=0,

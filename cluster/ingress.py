@@ -41,7 +41,7 @@ from cluster.request_prep import (
     resubmit,
 )
 from contracts.http import JSON, SSE, APIError
-from replicas.status_registry import fleet_snapshot
+from replicas.status_registry import fleet_rows, fleet_snapshot
 from router.admission import ledger_for
 
 log = logging.getLogger("llmfleet.ingress")
@@ -88,6 +88,19 @@ def health_verdict(rows: list[dict[str, Any]], now: float) -> tuple[int, dict[st
         return 200, {"status": "ok", "healthy_replicas": len(healthy)}
     err = APIError(503, "no healthy replica", type="service_unavailable", code="no_healthy_replica")
     return 503, err.body()
+
+
+def fleet_health(rows: list[dict[str, Any]] | None, now: float) -> str | None:
+    """``"healthy"``: a replica reported healthy within ``HEALTH_FRESH_S``; ``"failing"``:
+    replicas report, none healthy; ``"empty"``: none reported lately (none started yet, or
+    every one gone: a killed replica's last row stays until it is stale); None: the status
+    actor did not answer, so nothing is known."""
+    if rows is None:
+        return None
+    fresh = [r for r in rows if now - r.get("reported_at", 0.0) < HEALTH_FRESH_S]
+    if not fresh:
+        return "empty"
+    return "healthy" if health_verdict(fresh, now)[0] == 200 else "failing"
 
 
 def _deployments() -> dict[str, Any]:
@@ -138,6 +151,7 @@ class OpenAIIngress:
         )
         relay = RelaySettings(
             admission_timeout_s=float(settings.get("admission_timeout_s", 10.0)),
+            cold_start_timeout_s=float(settings.get("cold_start_timeout_s", 120.0)),
             request_timeout_s=float(settings.get("request_timeout_s", 600.0)),
             migrate_attempts=int(settings.get("migrate_attempts", 2)),
             max_queued=int(settings.get("max_queued_requests", 64)),
@@ -146,7 +160,7 @@ class OpenAIIngress:
             replicas,
             relay,
             CircuitBreaker(),
-            self._fleet_healthy,
+            self._fleet_health,
             ledger_for(replicas.deployment_name),  # shared with the router in this process
         )
         slo = settings.get("slo", {"ttft_s": 1.0, "tpot_s": 0.1})
@@ -155,15 +169,14 @@ class OpenAIIngress:
             if settings.get("edge_metrics", True)
             else None
         )
-        self._health: tuple[float, bool | None] = (0.0, None)
+        self._health: tuple[float, str | None] = (0.0, None)
 
-    async def _fleet_healthy(self) -> bool | None:
-        """Cached for ``HEALTH_CACHE_S``: True/False from the status reports, None unknown."""
+    async def _fleet_health(self) -> str | None:
+        """``fleet_health`` of the status reports, cached for ``HEALTH_CACHE_S``."""
         now = time.monotonic()
         if now - self._health[0] > HEALTH_CACHE_S:
-            rows = await fleet_snapshot(timeout_s=0.5)
-            verdict = health_verdict(rows, time.time())[0] == 200 if rows else None
-            self._health = (now, verdict)
+            rows = await fleet_rows(timeout_s=0.5)
+            self._health = (now, fleet_health(rows, time.time()))
         return self._health[1]
 
     def _auth(self, request: Request) -> Any:
@@ -279,7 +292,9 @@ class OpenAIIngress:
         self.relay.check_room()  # shed before reading or tokenizing anything
         raw = await read_body(request, self.max_body, self.body_timeout_s)
         prep = await asyncio.to_thread(prepare, path, raw, self.tokenizer, self.limits)
-        if await self._fleet_healthy() is False:
+        # only replicas that report and fail: with none reporting, the request waits for one
+        # (a fleet scaling up from zero, or a replica being replaced)
+        if await self._fleet_health() == "failing":
             from cluster.relay import unavailable
 
             raise unavailable()

@@ -10,7 +10,8 @@
 
 - **Admission.** A replica takes a request when it has a free slot (``max_ongoing_requests``);
   until then the request waits at the router, at most ``max_queued`` of them per ingress,
-  each at most ``admission_timeout_s`` (then 429, or 503 when no replica is healthy). A
+  each at most ``admission_timeout_s`` (then 429, or 503 when no replica is healthy;
+  while no replica serves at all, up to ``cold_start_timeout_s``: one is starting). A
   request that would be queued beyond ``max_queued`` is refused at once: the ledger
   (``router/admission.py``, shared with the router in this process) says how many of the
   calls not yet accepted have no slot to go to; before the router exists (``start_router``
@@ -53,6 +54,7 @@ from router.admission import AdmissionLedger
 
 log = logging.getLogger("llmfleet.relay")
 RETRY_AFTER_S = 1
+HEALTH_POLL_S = 1.0  # how often a waiting request looks at the fleet's health
 
 
 def replica_died(err: BaseException) -> bool:
@@ -106,6 +108,7 @@ def start_router(handle: Any) -> Any | None:
 @dataclass(frozen=True, slots=True)
 class RelaySettings:
     admission_timeout_s: float = 10.0
+    cold_start_timeout_s: float = 120.0  # the wait while no replica reports at all
     request_timeout_s: float = 600.0
     migrate_attempts: int = 2
     max_queued: int = 64  # requests waiting for a replica slot, at this ingress
@@ -138,7 +141,7 @@ class Relay:
         handle: Any,
         settings: RelaySettings,
         breaker: CircuitBreaker,
-        fleet_healthy: Callable[[], Awaitable[bool | None]],
+        fleet_health: Callable[[], Awaitable[str | None]],
         ledger: AdmissionLedger | None = None,
     ) -> None:
         self.handle = handle
@@ -146,7 +149,7 @@ class Relay:
         self.ledger = ledger
         self.s = settings
         self.breaker = breaker
-        self.fleet_healthy = fleet_healthy
+        self.fleet_health = fleet_health  # ingress.fleet_health's verdict
         self.counters = Counters()
         self.waiting = 0  # calls not yet accepted by a replica
 
@@ -229,15 +232,44 @@ class Relay:
             return Started(call, head, rid, failed_on, accepted_at)
 
     async def _admit(self, call: Any) -> str:
+        """The replica that accepted ``call``. It may wait ``admission_timeout_s``, counted
+        again from the last time no replica reported at all (a fleet scaling up from zero,
+        or its only replica being replaced: the wait is a replica's start, not a busy
+        fleet), up to ``cold_start_timeout_s`` in all; then 429, or 503 with none serving."""
+        loop = asyncio.get_running_loop()
+        first = asyncio.ensure_future(call.__anext__())  # waited on, never cancelled midway
+        t0 = empty_at = loop.time()
+        health: str | None = None
         try:
-            async with asyncio.timeout(self.s.admission_timeout_s):
-                first = await call.__anext__()
-        except TimeoutError:
-            if await self.fleet_healthy() is False:
-                raise unavailable() from None
-            raise busy("the fleet is at capacity; retry later") from None
-        assert isinstance(first, Accepted)
-        return first.replica_id
+            while not first.done():
+                now = loop.time()
+                deadline = max(t0, empty_at) + self.s.admission_timeout_s
+                cap = t0 + max(self.s.cold_start_timeout_s, self.s.admission_timeout_s)
+                left = min(deadline, cap) - now
+                if left <= 0:
+                    break
+                await asyncio.wait({first}, timeout=min(left, HEALTH_POLL_S))
+                if not first.done():
+                    health = await self.fleet_health()
+                    if health == "empty" or self._router_sees_none():
+                        health, empty_at = "empty", loop.time()
+            if first.done():
+                item = first.result()  # raises what the call raised (a replica died, ...)
+                assert isinstance(item, Accepted)
+                return item.replica_id
+        finally:
+            if not first.done():
+                first.cancel()
+        # no replica took it: none is serving (replicas report and fail, or none reports
+        # within the cold-start bound) or all are busy
+        if health in ("failing", "empty"):
+            raise unavailable()
+        raise busy("the fleet is at capacity; retry later")
+
+    def _router_sees_none(self) -> bool:
+        """This process's router has no replica to send to (it learns of a dead one at once;
+        the status reports say so only once its last row is stale)."""
+        return self.ledger is not None and self.ledger.replicas() == 0
 
     async def collect(self, started: Started) -> bytes:
         parts: list[bytes] = []

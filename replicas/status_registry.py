@@ -122,11 +122,16 @@ def get_status_actor() -> Any | None:
         return None
 
 
-async def fleet_snapshot(timeout_s: float) -> list[dict[str, Any]]:
+async def fleet_rows(timeout_s: float) -> list[dict[str, Any]] | None:
+    """The replicas' last reports, or None when the status actor did not answer."""
     actor = get_status_actor()
     if actor is None:
-        return []
+        return None
     try:
         return await asyncio.wait_for(actor.snapshot.remote(), timeout_s)
     except Exception:
-        return []
+        return None
+
+
+async def fleet_snapshot(timeout_s: float) -> list[dict[str, Any]]:
+    return await fleet_rows(timeout_s) or []

@@ -40,13 +40,24 @@ class AdmissionLedger:
         # a request's calls are sequential: at most one unrouted call per request id
         self._unrouted: set[str] = set()
         self._capacity: Capacity | None = None
+        self._replicas: Callable[[], int | None] | None = None
 
     @property
     def unrouted(self) -> int:
         return len(self._unrouted)
 
-    def attach(self, capacity: Capacity | None) -> None:
+    def attach(
+        self, capacity: Capacity | None, replicas: Callable[[], int | None] | None = None
+    ) -> None:
+        """``replicas``: how many replicas the router can send to now (Serve's running set,
+        less those it saw die), or None while it cannot tell."""
         self._capacity = capacity
+        self._replicas = replicas
+
+    def replicas(self) -> int | None:
+        """The router's replica count (``attach``), None when unknown."""
+        count = self._replicas
+        return None if count is None else count()
 
     def sent(self, request_id: str) -> None:
         with self._lock:

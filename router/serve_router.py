@@ -119,7 +119,7 @@ class LLMFleetRequestRouter(RequestRouter):
         deployment = getattr(getattr(self, "_deployment_id", None), "name", None)
         self.admission = ledger_for(deployment) if deployment else None
         if self.admission is not None:  # the ingress's load shedding asks us
-            self.admission.attach(self.free_and_reserved)
+            self.admission.attach(self.free_and_reserved, self.replica_count)
         self._decoded: dict[str, tuple[Mapping[str, Any] | None, ReplicaStats]] = {}
         template = kv_events_endpoint_template if policy == "prefix-precise" else None
         self.kv = KVSubscriptions(template, self._on_kv_event, block_size) if template else None
@@ -219,6 +219,13 @@ class LLMFleetRequestRouter(RequestRouter):
             f, held = self.book.slots(r.replica_id.unique_id, r.max_ongoing_requests)
             free, reserved = free + f, reserved + held
         return free, reserved
+
+    def replica_count(self) -> int | None:
+        """For ``router.admission``: replicas this router can send to (Serve drops one it saw
+        die at once, before the controller replaces it); None before the router has state."""
+        if not self._state_ready():
+            return None
+        return len(self._replicas_list)
 
     # ---- lifecycle hooks ------------------------------------------------------------
     def _observe(self, event: RouterEvent) -> None:

@@ -104,3 +104,37 @@ async def test_killed_replicas_lose_no_request(fleet: None) -> None:
     print("CHAOS", killed, status)
     assert status["migrated"] + status["retried"] >= 1, status
     assert status["failed"] == 0
+
+
+@pytest.fixture
+def lone_replica(fleet: None) -> None:
+    """The module's app redeployed as one replica, with an admission timeout shorter than a
+    replica's restart (so that a request held only that long would be refused)."""
+    deploy_app(
+        {
+            "engine": {"type": "sim", "sim": {"speed": 1.0}},
+            "replicas": {"num_replicas": 1, "num_cpus": 0.1, "max_ongoing_requests": 8},
+            "server": {"ingress_replicas": 1, "admission_timeout_s": 0.5},
+        },
+        timeout_s=180,
+    )
+
+
+async def test_a_killed_lone_replica_holds_its_requests_until_its_replacement(
+    lone_replica: None,
+) -> None:
+    """Found by hand (one vLLM replica, SIGKILLed): its 4 streams ended with
+    ``stream_error`` and a request sent at once got 429 ``fleet_at_capacity``, although
+    Serve was starting its replacement. While the router has no replica, requests wait for
+    one up to ``server.cold_start_timeout_s``: by hand, 4 of 4 streams migrated to the
+    replacement (22 s later) and 4 of 4 new requests got 200."""
+    async with httpx.AsyncClient(base_url=TEST_URL, timeout=120) as c:
+        streams = [asyncio.ensure_future(_one(c, i)) for i in range(4)]
+        await asyncio.sleep(0.5)  # the streams are running
+        killed = await _kill_replicas(1, 0.0)
+        fresh = [asyncio.ensure_future(_one(c, 100 + i)) for i in range(4)]
+        results = await asyncio.gather(*streams, *fresh)
+    assert killed
+    bad = [r for r in results if r["status"] != 200 or r["errors"] or not r["done"]]
+    assert not bad, bad[:3]
+    assert all(r["finish"] == ["length"] for r in results), [r["finish"] for r in results]

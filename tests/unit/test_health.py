@@ -1,4 +1,4 @@
-from cluster.ingress import HEALTH_FRESH_S, health_verdict
+from cluster.ingress import HEALTH_FRESH_S, fleet_health, health_verdict
 
 
 def test_no_replicas_is_503_openai_shaped() -> None:
@@ -18,3 +18,14 @@ def test_only_unhealthy_or_stale_reports_is_503() -> None:
 def test_one_fresh_healthy_replica_is_enough() -> None:
     rows = [{"healthy": 0.0, "reported_at": 99.0}, {"healthy": 1.0, "reported_at": 99.5}]
     assert health_verdict(rows, now=100.0) == (200, {"status": "ok", "healthy_replicas": 1})
+
+
+def test_fleet_health_tells_no_reports_from_no_answer() -> None:
+    fresh = {"healthy": 1.0, "reported_at": 99.5}
+    assert fleet_health([fresh], now=100.0) == "healthy"
+    assert fleet_health([{**fresh, "healthy": 0.0}], now=100.0) == "failing"
+    assert fleet_health([], now=100.0) == "empty"  # the actor answered: no replica reports
+    gone = {**fresh, "reported_at": 100.0 - HEALTH_FRESH_S - 1}  # a killed replica's last row
+    assert fleet_health([gone], now=100.0) == "empty"
+    assert fleet_health([gone, {**fresh, "healthy": 0.0}], now=100.0) == "failing"
+    assert fleet_health(None, now=100.0) is None  # the actor did not answer

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import pytest
@@ -61,8 +62,8 @@ class _Handle:
         return call
 
 
-async def _healthy() -> bool:
-    return True
+async def _healthy() -> str:
+    return "healthy"
 
 
 def _relay(handle: _Handle) -> Relay:
@@ -193,3 +194,135 @@ def test_a_resend_avoids_the_replica_that_refused_the_request() -> None:
     assert len(handle.calls) == 2
     assert "r-dead" not in handle.avoided[0]
     assert "r-dead" in handle.avoided[1]
+
+
+@pytest.mark.parametrize(
+    ("fleet", "status", "code"),
+    [
+        ("healthy", 429, "fleet_at_capacity"),  # replicas serve, all busy
+        (None, 429, "fleet_at_capacity"),  # the status actor did not answer: nothing known
+        ("failing", 503, "no_healthy_replica"),
+        ("empty", 503, "no_healthy_replica"),  # no replica reports at all
+    ],
+)
+def test_a_request_no_replica_takes_in_time_is_429_or_503_by_the_fleets_health(
+    fleet: str | None, status: int, code: str
+) -> None:
+    """Found by reading the path a lone replica's replacement takes: once its dead row aged
+    out of the status actor, no replica reported at all and a waiting request got 429
+    ``fleet_at_capacity`` (as if replicas were busy) while ``/health`` said 503."""
+
+    async def health() -> str | None:
+        return fleet
+
+    handle = _Handle([])  # no replica ever accepts
+    settings = RelaySettings(admission_timeout_s=0.05, cold_start_timeout_s=0.05)
+    relay = Relay(handle, settings, CircuitBreaker(3), health)
+    with pytest.raises(APIError) as err:
+        asyncio.run(relay.start({}))
+    assert (err.value.status, err.value.code) == (status, code)
+    assert err.value.headers.get("retry-after") == "1"
+    assert handle.calls[0].cancelled
+
+
+class _LateHandle(_Handle):
+    """Every call is accepted by replica ``r1`` after ``delay_s``, then answers its head."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__([])
+        self.delay_s = delay_s
+
+    def remote(self, payload: dict[str, Any]) -> Any:  # noqa: ARG002
+        delay_s = self.delay_s
+
+        class _Late(_Call):
+            async def __anext__(self) -> Any:
+                if self.items:
+                    return await super().__anext__()
+                await asyncio.sleep(delay_s)
+                self.items.append(ResponseHead(200, "application/json"))
+                return Accepted("r1")
+
+        call = _Late([])
+        self.calls.append(call)
+        return call
+
+
+def _timed_start(
+    handle: _Handle, fleet: list[str | None], cold_start_s: float, ledger: Any = None
+) -> Any:
+    """``relay.start`` with a 0.2-s admission window; the fleet's health is read from
+    ``fleet`` (one item per poll, the last one repeated). (accepted replica or APIError,
+    seconds taken)."""
+
+    async def health() -> str | None:
+        return fleet.pop(0) if len(fleet) > 1 else fleet[0]
+
+    settings = RelaySettings(admission_timeout_s=0.2, cold_start_timeout_s=cold_start_s)
+    relay = Relay(handle, settings, CircuitBreaker(3), health, ledger)
+
+    async def main() -> tuple[Any, float]:
+        t0 = time.monotonic()
+        try:
+            return (await relay.start({})).replica_id, time.monotonic() - t0
+        except APIError as err:
+            return err, time.monotonic() - t0
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cluster.relay
+
+    monkeypatch.setattr(cluster.relay, "HEALTH_POLL_S", 0.02)
+
+
+def test_a_request_waits_for_a_replica_to_start_while_none_reports(fast_polls: None) -> None:
+    """Found by hand: a vLLM fleet scaled to zero took 22 s to start its first replica, and
+    the request that started it got 429 ``fleet_at_capacity`` after the 10-s admission
+    timeout (then Serve stopped the half-started replica). While no replica reports at all,
+    the wait is a replica's start: the request is held up to ``cold_start_timeout_s``."""
+    handle = _LateHandle(delay_s=0.6)  # three admission windows
+    got, took = _timed_start(handle, ["empty"], cold_start_s=5.0)
+    assert got == "r1"
+    assert 0.55 < took < 2.0, took
+
+
+def test_the_cold_start_wait_is_bounded_and_then_503(fast_polls: None) -> None:
+    got, took = _timed_start(_Handle([]), ["empty"], cold_start_s=0.6)
+    assert isinstance(got, APIError)
+    assert (got.status, got.code) == (503, "no_healthy_replica")
+    assert 0.55 < took < 1.5, took
+
+
+def test_a_busy_fleet_still_refuses_after_the_admission_window(fast_polls: None) -> None:
+    got, took = _timed_start(_Handle([]), ["healthy"], cold_start_s=5.0)
+    assert isinstance(got, APIError)
+    assert (got.status, got.code) == (429, "fleet_at_capacity")
+    assert took < 0.6, took
+
+
+def test_a_replica_that_just_started_gets_a_whole_admission_window(fast_polls: None) -> None:
+    """Once a replica reports, Serve's router may learn of it a little later: the request
+    keeps a whole admission window from the last poll that saw no replica."""
+    handle = _LateHandle(delay_s=0.45)
+    got, took = _timed_start(handle, ["empty"] * 15 + ["healthy"], cold_start_s=5.0)
+    assert got == "r1", (got, took)
+
+
+def test_a_router_with_no_replica_holds_the_request_before_the_reports_go_stale(
+    fast_polls: None,
+) -> None:
+    """Found by hand: SIGKILL of a lone vLLM replica; the request sent at once got 429 after
+    10 s while the replacement started (the dead replica's last report was still fresh)."""
+    from router.admission import AdmissionLedger
+
+    ledger = AdmissionLedger()
+    ledger.attach(lambda: (0, 0), lambda: 0)  # the router dropped the dead replica
+    got, took = _timed_start(_LateHandle(delay_s=0.6), ["healthy"], 5.0, ledger)
+    assert got == "r1"
+    assert 0.55 < took < 2.0, took
+    got, _ = _timed_start(_Handle([]), ["healthy"], 0.6, ledger)
+    assert isinstance(got, APIError)
+    assert got.status == 503

@@ -183,3 +183,21 @@ def test_the_ingress_has_the_router_created_before_its_first_request() -> None:
     asyncio.run(asyncio.to_thread(start_router, handle))
     assert handle.options_calls == [{"stream": True}]
     start_router(Handle(refuse=True))  # stays lazy
+
+
+async def test_the_ledger_tells_the_ingress_when_the_router_has_no_replica() -> None:
+    """The ingress holds a request for a starting replica while the router has none (a lone
+    replica just died, or the fleet scales up from zero); the router drops a dead replica
+    at once, before the status reports go stale."""
+    ledger = AdmissionLedger()
+    assert ledger.replicas() is None  # no router yet
+    router = serve_router(policy="p2c")
+    router.admission = ledger
+    ledger.attach(router.free_and_reserved, router.replica_count)
+    a, b = (FakeReplica(n, ReplicaStats().to_wire()) for n in "ab")
+    router.update_replicas([a, b])
+    assert ledger.replicas() == 2
+    router.on_replica_actor_died(a.replica_id)
+    assert ledger.replicas() == 1
+    router.on_replica_actor_died(b.replica_id)
+    assert ledger.replicas() == 0
