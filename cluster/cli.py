@@ -71,36 +71,57 @@ def cmd_up(args: argparse.Namespace) -> int:
     except FileNotFoundError as err:
         print(f"llmfleet: model.path: {err}", file=sys.stderr)
         return 2
-    stopping = {"flag": False}
+    # `down` and a second `up` see this fleet from now on, while it is still starting
+    state: dict[str, Any] = {
+        "pid": os.getpid(),
+        "url": f"http://{cfg.server.host}:{cfg.server.port}",
+        "started": time.time(),
+        "starting": True,
+    }
+    runtime.write_state(state)
+    # ready: running (a signal asks the loop below to stop); hold: inside ray.init, which
+    # cut short leaves Ray's agents running or crashes the shutdown (seen by hand)
+    stopping = {"flag": False, "ready": False, "hold": True}
 
     def _stop(_signum: int, _frame: Any) -> None:
+        first = not stopping["flag"]
         stopping["flag"] = True
+        if first and not stopping["ready"] and not stopping["hold"]:
+            raise KeyboardInterrupt  # Ctrl-C (or `down`) while starting: stop starting now
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    gcs = runtime.start_ray(cfg)
+    rc = 0
     try:
-        url = runtime.deploy(cfg)
-        runtime.write_state(
-            {
-                "pid": os.getpid(),
-                "gcs_address": gcs,
-                "url": url,
-                "started": time.time(),
-                "session_dir": os.environ.get("LLMFLEET_RAY_SESSION_DIR", ""),
-            }
-        )
-        runtime.wait_ready(url, timeout_s=args.ready_timeout)
+        state["gcs_address"] = runtime.start_ray(cfg)
+        state["session_dir"] = os.environ.get("LLMFLEET_RAY_SESSION_DIR", "")
+        runtime.write_state(state)
+        stopping["hold"] = False
+        if stopping["flag"]:  # asked to stop during ray.init
+            raise KeyboardInterrupt
+        state["url"] = runtime.deploy(cfg)
+        runtime.wait_ready(state["url"], timeout_s=args.ready_timeout)
+        runtime.write_state({**state, "starting": False})
+        stopping["ready"] = True
         print(
-            f"llmfleet ready: {url}/v1 (model {cfg.model.served_name}); Ctrl-C to stop", flush=True
+            f"llmfleet ready: {state['url']}/v1 (model {cfg.model.served_name}); Ctrl-C to stop",
+            flush=True,
         )
         while not stopping["flag"]:
             time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("llmfleet: interrupted while starting", file=sys.stderr, flush=True)
+        rc = 130
     finally:
+        stopping["ready"] = True  # a second signal must not cut the shutdown short
         print("llmfleet: shutting down", flush=True)
         runtime.stop()
         runtime.clear_state()
-    return 0
+        # stopped: a late signal must not kill the exit (after a stop during the start, 1
+        # run in 5 was killed by SIGINT while the interpreter shut down, rc -2)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+    return rc
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -115,6 +136,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 1
     key = args.api_key or os.environ.get("LLMFLEET_API_KEY")
     headers = {"authorization": f"Bearer {key}"} if key else {}
+    if state.get("starting"):
+        print(f"llmfleet: starting (pid {state['pid']}, {state['url']})")
+        return 1
     try:
         r = httpx.get(f"{state['url']}/fleet/status", headers=headers, timeout=10.0)
         data = r.json()

@@ -197,6 +197,8 @@ def stop() -> None:
     import ray
     from ray import serve
 
+    if not ray.is_initialized():  # interrupted before Ray started (serve.shutdown would start it)
+        return
     try:
         serve.shutdown()
     finally:

@@ -275,3 +275,46 @@ def test_direct_ingress_serves_the_port(tmp_path: Path, env: dict[str, str]) -> 
     finally:
         run(["down"], env)
         proc.wait(timeout=60)
+
+
+def test_down_while_up_is_still_starting_stops_it(tmp_path: Path, env: dict[str, str]) -> None:
+    """Found by hand: Ctrl-C (or `llmfleet down`) while `up` was starting did nothing until
+    the fleet was ready (a vLLM replica: ~25 s; a replica that cannot start: never), and
+    `down` printed "stopped" while `up` went on. Here the replica can never be placed, so
+    `up` stays starting: `status` says so, `down` stops it, and none of its processes stay."""
+    cfg = tmp_path / "stuck.yaml"
+    cfg.write_text(SIM_YAML.replace("num_cpus: 0.1", "num_cpus: 64"))  # Ray has 8
+    proc = subprocess.Popen(
+        [*LLMFLEET, "up", "--config", str(cfg), "--engine", "sim"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            lines.append(proc.stdout.readline())
+            if "Started Serve" in lines[-1]:
+                break
+        else:
+            raise AssertionError("".join(lines[-20:]))
+        spawned = psutil.Process(proc.pid).children(recursive=True)
+        assert spawned
+        st = run(["status"], env)
+        assert "starting" in st.stdout, st.stdout
+        t0 = time.monotonic()
+        down = run(["down"], env)
+        assert down.returncode == 0, down.stdout + down.stderr
+        rc = proc.wait(timeout=60)
+        assert rc == 130, proc.stdout.read()[-3000:]
+        assert time.monotonic() - t0 < 45
+        time.sleep(1)
+        left = [p for p in spawned if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not left, [p.name() for p in left]
+        assert not (tmp_path / "home" / "state.json").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
