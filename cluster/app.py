@@ -8,7 +8,7 @@ from ray import serve
 
 from cluster.config import FleetConfig
 from cluster.ingress import OpenAIIngress
-from cluster.placement import replica_resources
+from cluster.placement import replica_demand, replica_resources
 from replicas.model_prep import resolve_model
 from replicas.replica import LLMReplica
 from replicas.vllm_settings import on_gpu
@@ -201,6 +201,35 @@ def ingress_replicas(cfg: FleetConfig) -> int:
     return 2
 
 
+INGRESS_CPUS = 0.5  # logical CPUs each ingress replica reserves
+
+
+def serves_on_gpu(cfg: FleetConfig) -> bool:
+    """vLLM on a machine with a GPU (then each replica reserves its GPUs)."""
+    return cfg.engine.type == "vllm" and on_gpu()
+
+
+def fleet_demand(cfg: FleetConfig, gpu: bool, *, peak: bool) -> tuple[dict[str, float], str]:
+    """The Ray resources the fleet holds at start (``peak``: at its largest, autoscaling's
+    ``max_replicas``), and what they are made of, in words. At start an autoscaled fleet
+    has ``min_replicas`` engine replicas."""
+    r, a = cfg.replicas, cfg.autoscaling
+    if peak:
+        engines = max(r.num_replicas, a.max_replicas) if a.enabled else r.num_replicas
+    else:
+        engines = a.min_replicas if a.enabled else r.num_replicas
+    n_ingress = ingress_replicas(cfg)
+    one = replica_demand(replica_placement(cfg, gpu))
+    need = {name: engines * amount for name, amount in one.items()}
+    need["CPU"] = need.get("CPU", 0.0) + n_ingress * INGRESS_CPUS
+    parts = ", ".join(f"{name} {amount:g}" for name, amount in sorted(one.items()) if amount)
+    words = (
+        f"{engines} engine replicas ({parts or 'nothing'} each) and {n_ingress} ingress "
+        f"replicas (CPU {INGRESS_CPUS:g} each)"
+    )
+    return need, words
+
+
 def keys_runtime_env() -> dict[str, Any]:
     """Keys given in the environment (``LLMFLEET_API_KEYS``, hashes) reach the ingress
     replicas wherever they are placed."""
@@ -239,7 +268,7 @@ def deployment_version(*parts: Any) -> str:
 # Ray annotates serve.deployment(cls, ...) as returning a decorator; it returns a Deployment.
 def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
     model_dir = str(resolve_model(cfg.model.path))
-    gpu = on_gpu() and cfg.engine.type == "vllm"
+    gpu = serves_on_gpu(cfg)
     block = engine_block_size(cfg, gpu)
     r = cfg.replicas
     spec = engine_spec(cfg, model_dir)
@@ -282,7 +311,7 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
         graceful_shutdown_timeout_s=r.drain_timeout_s,
         num_replicas=n_ingress,
         max_ongoing_requests=1000,
-        ray_actor_options={"num_cpus": 0.5, **keys_runtime_env()},
+        ray_actor_options={"num_cpus": INGRESS_CPUS, **keys_runtime_env()},
     )
     # Serve 2.60 refuses `version` in options() but still reads the attribute serve.run uses
     # (a random string when unset): set it so a replica-count change is an in-place update.

@@ -52,10 +52,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     except ValueError as err:  # an open API off loopback, or an unreadable key file
         print(f"llmfleet: {err}", file=sys.stderr)
         return 2
-    state = runtime.read_state()
-    if state and runtime.pid_alive(int(state["pid"])):
+    running = runtime.read_state()
+    if running and runtime.pid_alive(int(running["pid"])):
         print(
-            f"llmfleet: already running (pid {state['pid']}, {state['url']}); run `llmfleet down` first",
+            f"llmfleet: already running (pid {running['pid']}, {running['url']}); run `llmfleet down` first",
             file=sys.stderr,
         )
         return 1
@@ -99,6 +99,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         stopping["hold"] = False
         if stopping["flag"]:  # asked to stop during ray.init
             raise KeyboardInterrupt
+        import ray
+
+        try:
+            note = runtime.check_capacity(cfg, ray.cluster_resources())
+        except ValueError as err:
+            print(f"llmfleet: {err}", file=sys.stderr, flush=True)
+            return 2
+        if note:
+            print(f"llmfleet: warning: {note}", file=sys.stderr, flush=True)
         state["url"] = runtime.deploy(cfg)
         runtime.wait_ready(state["url"], timeout_s=args.ready_timeout)
         runtime.write_state({**state, "starting": False})

@@ -163,8 +163,10 @@ class AutoscalingSection(_Strict):
 class ServerConfig(_Strict):
     host: str = Field("127.0.0.1", description="HTTP bind address.")
     port: int = Field(8000, ge=1, le=65535, description="HTTP port of the OpenAI API.")
-    ray_num_cpus: int = Field(
-        8, ge=1, description="Logical CPUs Ray advertises locally (bookkeeping only)."
+    ray_num_cpus: int | None = Field(
+        None,
+        ge=1,
+        description="Logical CPUs Ray advertises on the node `llmfleet up` starts (bookkeeping: nothing is pinned). Unset: enough for the fleet at its largest (engine replicas × replicas.num_cpus, ingress replicas × 0.5), at least 8. A fleet that does not fit is refused at start.",
     )
     metrics_export_port: int = Field(
         8080, ge=1, le=65535, description="Ray's Prometheus metrics export port."

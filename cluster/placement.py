@@ -49,3 +49,21 @@ def replica_resources(
         "placement_group_bundles": bundles,
         "placement_group_strategy": "STRICT_PACK",
     }
+
+
+def replica_demand(options: dict[str, Any]) -> dict[str, float]:
+    """The Ray resources one replica holds, from ``replica_resources``' options."""
+    need: dict[str, float] = {"CPU": float(options["ray_actor_options"].get("num_cpus", 0))}
+    for bundle in options.get("placement_group_bundles", ()):
+        for name, amount in bundle.items():
+            need[name] = need.get(name, 0.0) + float(amount)
+    return need
+
+
+def shortfall(need: dict[str, float], have: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """Resources ``need`` asks more of than ``have`` holds: name -> (needed, held)."""
+    return {
+        name: (amount, have.get(name, 0.0))
+        for name, amount in sorted(need.items())
+        if amount > have.get(name, 0.0) + 1e-9
+    }

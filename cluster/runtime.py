@@ -106,6 +106,58 @@ def loopback_node(cfg: FleetConfig) -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+DEFAULT_RAY_CPUS = 8
+
+
+def ray_cpus(cfg: FleetConfig) -> int:
+    """The logical CPUs the local Ray node advertises: ``server.ray_num_cpus``, else enough
+    for the fleet at its largest, at least ``DEFAULT_RAY_CPUS`` (they are bookkeeping:
+    nothing is pinned)."""
+    import math
+
+    from cluster.app import fleet_demand, serves_on_gpu
+
+    if cfg.server.ray_num_cpus is not None:
+        return cfg.server.ray_num_cpus
+    need, _ = fleet_demand(cfg, serves_on_gpu(cfg), peak=True)
+    return max(DEFAULT_RAY_CPUS, math.ceil(need["CPU"]))
+
+
+def check_capacity(cfg: FleetConfig, have: dict[str, float]) -> str | None:
+    """``ValueError`` when a Ray node holding ``have`` cannot place the fleet at start (Serve
+    would wait for resources forever, and ``up`` with it, silently); a warning when it
+    cannot place it at its largest."""
+    from cluster.app import fleet_demand, serves_on_gpu
+    from cluster.placement import shortfall
+
+    gpu = serves_on_gpu(cfg)
+    hints = {
+        "CPU": "leave server.ray_num_cpus unset (Ray is then sized for the fleet) or lower "
+        "replicas.num_cpus",
+        "GPU": "lower the replica count, engine.tensor_parallel_size or replicas.num_gpus",
+    }
+
+    def say(short: dict[str, tuple[float, float]]) -> str:
+        return "; ".join(
+            f"{name} {need:g}, the node has {held:g}"
+            + (f": {hints[name]}" if name in hints else "")
+            for name, (need, held) in short.items()
+        )
+
+    need, words = fleet_demand(cfg, gpu, peak=False)
+    short = shortfall(need, have)
+    if short:
+        raise ValueError(f"this Ray node cannot place the fleet: {words} need {say(short)}")
+    need, words = fleet_demand(cfg, gpu, peak=True)
+    short = shortfall(need, have)
+    if short:
+        return (
+            f"at autoscaling.max_replicas the fleet would need {say(short)}: "
+            "replicas beyond what fits wait for resources"
+        )
+    return None
+
+
 def start_ray(cfg: FleetConfig) -> str:
     import ray
 
@@ -114,7 +166,7 @@ def start_ray(cfg: FleetConfig) -> str:
     os.environ.update(direct_ingress_env(cfg))
     os.environ.update(throughput_env(cfg))
     ctx: Any = ray.init(  # a RayContext: address_info is not in its annotated base type
-        num_cpus=cfg.server.ray_num_cpus,
+        num_cpus=ray_cpus(cfg),
         include_dashboard=cfg.server.include_dashboard,
         _node_ip_address=cfg.server.host if cfg.server.host != "0.0.0.0" else "127.0.0.1",
         _metrics_export_port=cfg.server.metrics_export_port,

@@ -46,6 +46,21 @@ def test_bad_config_is_rejected_before_anything_starts(tmp_path: Path, env: dict
     assert not (tmp_path / "home" / "state.json").exists()
 
 
+def test_a_fleet_ray_cannot_place_is_refused_at_start(tmp_path: Path, env: dict[str, str]) -> None:
+    """Found by hand: `up --replicas 10` on Ray's 8 logical CPUs waited for CPUs forever,
+    printing nothing. Unset, `server.ray_num_cpus` is sized for the fleet; set too small,
+    `up` says what is short and stops (tests/unit/test_runtime_capacity.py has the rule)."""
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(f"server:\n  port: {PORT}\n  metrics_export_port: 18131\n  ray_num_cpus: 2\n")
+    t0 = time.monotonic()
+    out = run(["up", "--config", str(cfg), "--engine", "null", "--replicas", "4"], env)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "cannot place the fleet" in out.stderr
+    assert "CPU 5, the node has 2" in out.stderr  # 4 × 1 + 2 ingress × 0.5
+    assert time.monotonic() - t0 < 60
+    assert not (tmp_path / "home" / "state.json").exists()
+
+
 SIM_YAML = (
     f"server:\n  port: {PORT}\n  metrics_export_port: 18131\n"
     "replicas:\n  num_cpus: 0.1\nengine:\n  sim:\n    speed: 5.0\n"
@@ -277,15 +292,16 @@ def test_direct_ingress_serves_the_port(tmp_path: Path, env: dict[str, str]) -> 
         proc.wait(timeout=60)
 
 
+@pytest.mark.e2e
 def test_down_while_up_is_still_starting_stops_it(tmp_path: Path, env: dict[str, str]) -> None:
     """Found by hand: Ctrl-C (or `llmfleet down`) while `up` was starting did nothing until
-    the fleet was ready (a vLLM replica: ~25 s; a replica that cannot start: never), and
-    `down` printed "stopped" while `up` went on. Here the replica can never be placed, so
-    `up` stays starting: `status` says so, `down` stops it, and none of its processes stay."""
-    cfg = tmp_path / "stuck.yaml"
-    cfg.write_text(SIM_YAML.replace("num_cpus: 0.1", "num_cpus: 64"))  # Ray has 8
+    the fleet was ready, and `down` printed "stopped" while `up` went on. A vLLM replica
+    takes ~20 s to start: while it does, `status` says starting, `down` stops `up` (rc 130)
+    and none of its processes stay."""
+    cfg = tmp_path / "vllm.yaml"
+    cfg.write_text(f"server:\n  port: {PORT}\n  metrics_export_port: 18131\n")
     proc = subprocess.Popen(
-        [*LLMFLEET, "up", "--config", str(cfg), "--engine", "sim"],
+        [*LLMFLEET, "up", "--config", str(cfg), "--engine", "vllm", "--replicas", "1"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -301,6 +317,7 @@ def test_down_while_up_is_still_starting_stops_it(tmp_path: Path, env: dict[str,
                 break
         else:
             raise AssertionError("".join(lines[-20:]))
+        time.sleep(5)  # the replica's process exists; its engine is still loading
         spawned = psutil.Process(proc.pid).children(recursive=True)
         assert spawned
         st = run(["status"], env)
