@@ -95,6 +95,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         state["gcs_address"] = runtime.start_ray(cfg)
         state["session_dir"] = os.environ.get("LLMFLEET_RAY_SESSION_DIR", "")
+        node = state["gcs_address"].rsplit(":", 1)[0]  # the head node: Serve's controller
+        state["metrics_url"] = f"http://{node}:{cfg.server.metrics_export_port}/metrics"
         runtime.write_state(state)
         stopping["hold"] = False
         if stopping["flag"]:  # asked to stop during ray.init
@@ -185,7 +187,26 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"{r['replica'][:12]:<12} {s.healthy!s:>7} {int(s.waiting):>7} {int(s.running):>7} "
             f"{int(s.waiting_prefill_tokens):>11} {s.queue_delay_s:>8.2f} {s.kv_usage:>8.1%} {hit:>8.1%}"
         )
+    _print_autoscaler(state.get("metrics_url"))
     return 0
+
+
+def _print_autoscaler(metrics_url: str | None) -> None:
+    """The scaling policy's latest decision and why (``cluster/autoscaler_view.py``), from
+    Ray's metrics port on this (head) node; nothing when no policy of ours exports one."""
+    import httpx
+
+    from cluster.autoscaler_view import describe, parse
+
+    if not metrics_url:
+        return
+    try:
+        text = httpx.get(metrics_url, timeout=5.0).text
+    except httpx.HTTPError as err:
+        print(f"autoscaler: Ray's metrics port {metrics_url} did not answer: {err!r}")
+        return
+    for view in parse(text).values():
+        print("\n".join(describe(view)))
 
 
 def cmd_down(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
 """Component: the `llmfleet` command — bad config rejected early, up/status/down, down after a
-crash, and autoscaling 1 → N → 1 under `llmfleet bench` load as `llmfleet status` shows it."""
+crash, and autoscaling 1 → N → 1 under `llmfleet bench` load as `llmfleet status` shows it
+(replica counts and the autoscaler's decisions)."""
 
 from __future__ import annotations
 
@@ -238,6 +239,15 @@ def test_up_autoscale_scales_1_to_n_to_1_under_bench_load(
         assert result["requests"]["failed"] == 0
         assert peak >= 2, seen
         assert seen[-1] == 1, seen
+        # and status says what the autoscaler decided and why (cluster/autoscaler_view.py)
+        deadline, said = time.monotonic() + 15, ""
+        while "running 1, wants 1: steady" not in said and time.monotonic() < deadline:
+            time.sleep(1.0)
+            said = run(["status"], env, timeout=30).stdout
+        assert "autoscaler LLMReplica (ttft-queue): running 1, wants 1: steady" in said, said
+        moves = next(ln for ln in said.splitlines() if ln.startswith("  moves so far: "))
+        assert "up " in moves, said
+        assert "down " in moves, said
     finally:
         run(["down"], env)
         proc.wait(timeout=60)
