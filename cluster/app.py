@@ -86,6 +86,7 @@ def _engine_spec(cfg: FleetConfig, model_dir: str) -> dict[str, Any]:
         max_model_len=cfg.model.max_model_len,
         tensor_parallel_size=e.tensor_parallel_size,
         ray_metrics=True,
+        served_name=cfg.model.served_name,
     )
     if v.kv_events or cfg.routing.policy == "prefix-precise":
         settings["kv_events_endpoint"] = KV_EVENTS_ENDPOINT  # filled with the replica id

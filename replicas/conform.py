@@ -14,6 +14,9 @@ What the pinned vLLM sends that the schema does not allow, and what we send inst
 - an error ``code`` that is an integer (vLLM puts the HTTP status there): a string code
   from the status and message (``context_length_exceeded``, ``invalid_value``,
   ``model_not_found``, ``not_found``, ``internal_error``), as OpenAI's errors carry.
+- an error message naming a ``vllm serve`` flag the client's operator cannot pass to
+  llmfleet (found by hand: tools with ``tool_choice`` auto answered "requires
+  --enable-auto-tool-choice and --tool-call-parser to be set"): the config key instead.
 Everything else passes unchanged. Streamed events are bytes we do not parse, except an
 error event (``data: {"error"``) and a chat chunk carrying logprobs, which are rewritten the
 same way (only requests that asked for logprobs pay for the parse).
@@ -59,9 +62,25 @@ def error_type(status: int, given: object) -> str:
     return _OPENAI_TYPES.get(status, "invalid_request_error")
 
 
+# vLLM's phrase → ours (the longer phrase first: it contains the shorter one)
+_FLAGS_TO_CONFIG = (
+    ("--enable-auto-tool-choice and --tool-call-parser to be set", "model.tool_call_parser"),
+    ("--tool-call-parser to be set", "model.tool_call_parser"),
+)
+
+
+def config_names(message: str) -> str:
+    for phrase, key in _FLAGS_TO_CONFIG:
+        if phrase in message:
+            return message.replace(
+                phrase, f"a tool-call parser, and this server has none (its operator sets {key})"
+            )
+    return message
+
+
 def conform_error(err: dict[str, Any], status: int) -> dict[str, Any]:
     out = {
-        "message": str(err.get("message", "")),
+        "message": config_names(str(err.get("message", ""))),
         "type": error_type(status, err.get("type")),
         "param": err.get("param"),
         "code": err.get("code"),

@@ -31,6 +31,10 @@ class VLLMSettings:
     gpu_memory_utilization: float = 0.9
     kv_events_endpoint: str | None = None  # e.g. "ipc:///tmp/llmfleet-kv-<replica>"
     ray_metrics: bool = False  # export vllm:* metrics through Ray (inside Serve replicas)
+    # the engine's served model name: vLLM's own metrics label (model_name) and the model
+    # its errors name; unset, vLLM uses the model path (found by hand: every vllm:* series
+    # was labelled with the replica's filesystem path, and a 400 quoted it to the client)
+    served_name: str | None = None
     # s3:// or gs:// weights streamed by vLLM's own loader (runai_streamer); the config and
     # tokenizer still come from ``model_path`` (the ingress tokenizes with them too)
     weights_uri: str | None = None
@@ -117,6 +121,8 @@ def engine_args(s: VLLMSettings, gpu: bool) -> Any:
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     kwargs = engine_kwargs(s, gpu) | engine_kwargs_of(s.engine_args)
+    if s.served_name:
+        kwargs["served_model_name"] = s.served_name
     if s.kv_events_endpoint:
         from vllm.config import KVEventsConfig
 

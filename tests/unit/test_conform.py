@@ -100,6 +100,25 @@ def test_vllm_error_gets_openai_type_and_string_code() -> None:
     assert json.loads(conform_json_body(b"", 502))["error"]["type"] == "server_error"
 
 
+@pytest.mark.parametrize(
+    "vllm_says",
+    [
+        '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+        'tool_choice="required" requires --tool-call-parser to be set',
+        'tool_choice=function "f" requires --tool-call-parser to be set',
+    ],
+)
+def test_tool_parser_errors_name_our_config_key_not_vllm_flags(vllm_says: str) -> None:
+    """Found by hand with the OpenAI SDK: vLLM's 400 named `vllm serve` flags, which no
+    llmfleet config or command takes."""
+    raw = json.dumps({"error": {"message": vllm_says, "type": "BadRequestError", "code": 400}})
+    message = json.loads(conform_json_body(raw.encode(), 400))["error"]["message"]
+    assert "--" not in message
+    assert "requires a tool-call parser, and this server has none" in message
+    assert message.endswith("(its operator sets model.tool_call_parser)")
+    assert message.split(" requires ")[0] == vllm_says.split(" requires ")[0]
+
+
 def test_streamed_error_event_is_rewritten_and_other_events_pass_unchanged() -> None:
     chunk = b'data: {"id":"c","choices":[]}\n\n'
     assert conform_sse(chunk) is chunk

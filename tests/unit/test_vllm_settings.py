@@ -93,3 +93,16 @@ def test_the_cluster_weights_uri_reaches_the_engine_only_for_object_stores() -> 
     assert spec("gs://b/x")["weights_uri"] == "gs://b/x"
     assert "weights_uri" not in spec("/shared/models/x")  # a path: model.path is read there
     assert "weights_uri" not in spec(None)
+
+
+def test_the_engine_is_named_by_the_served_name() -> None:
+    """vLLM labels its own metrics (``model_name``) and names the model in its errors with the
+    engine's served name, else the model path (found by hand: every vllm:* series carried
+    the replica's filesystem path, and a 400 for an image quoted it to the client)."""
+    from replicas.vllm_settings import engine_args
+
+    spec = engine_spec(parse_config({"model": {"served_name": "tiny"}}), "/models/m")
+    args = engine_args(VLLMSettings(**spec["settings"]), gpu=False)
+    assert args.served_model_name == "tiny"
+    assert args.model == "/models/m"
+    assert engine_args(VLLMSettings(model_path="/m"), gpu=False).served_model_name is None
