@@ -228,6 +228,9 @@ class OpenAIIngress:
                 "retried": c.retried,
                 "migrated": c.migrated,
                 "failed": c.failed,
+                # sent to the engine deployment, no replica has taken them yet (held for a
+                # slot or for a replica to start); one that stays after its client left leaks
+                "waiting": None if self.relay.ledger is None else self.relay.ledger.unrouted,
                 "quotas": self._quota_state(),
             },
         }

@@ -4,7 +4,8 @@ Every POST operation gets ≥ ``MAX_EXAMPLES`` generated requests, positive (val
 vLLM's request schema) and negative (invalid on purpose), plus schemathesis's coverage cases
 (boundaries, missing and wrong-typed fields). Contract checked on every response: no status
 ≥ 500, no ``server_error`` inside a 200 event stream, and every 4xx body OpenAI-shaped
-(``{"error": {"message", "type", ...}}``). Afterwards the fleet is healthy and the replica
+(``{"error": {"message", "type", ...}}``), and no answer quotes the server's model directory
+(found by hand: vLLM named the model by its path in a 400). Afterwards the fleet is healthy and the replica
 holds no request.
 
 Generation is kept cheap on the CPU engine (~20 ms per token): before a case is sent, an
@@ -38,12 +39,14 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.generation import GenerationMode
 
 from cluster.config import ModelConfig
+from replicas.model_prep import resolve_model
 from tests.e2e.conftest import MODEL
 from tests.serve_fixtures import TEST_URL, post, replica_stats
 
 pytestmark = [pytest.mark.e2e]
 
 MAX_EXAMPLES = 500
+MODEL_DIR = str(resolve_model(MODEL))  # the default model, prepared once by `make model`
 FEW_TOKENS = 1
 FEW_SEQS = 2
 MAX_TOKENS_CAP = ModelConfig.model_fields["max_tokens_cap"].default  # the test fleet's cap
@@ -113,6 +116,7 @@ def check_response(case: Any, resp: Any) -> None:
     sent = json.dumps(case.body, default=str)[:2000] if case.body is not None else "<no body>"
     where = f"{case.operation.label} {resp.status_code}: {resp.text[:500]}\nbody: {sent}"
     assert resp.status_code < 500, where
+    assert MODEL_DIR not in resp.text, where  # a server path is none of the client's business
     media = (resp.headers.get("content-type") or [""])[0].split(";")[0]
     if resp.status_code == 200 and media == "text/event-stream":
         assert '"server_error"' not in resp.text, where
