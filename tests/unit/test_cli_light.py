@@ -56,3 +56,28 @@ def test_the_full_parser_still_has_every_command() -> None:
     commands = {"up", "status", "down", "prepare-model", "bench", "sim", "keys", "dashboards"}
     assert commands | {"report", "deploy"} <= set(sub.choices)
     assert cli.build_parser().parse_args(["down", "--timeout", "5"]).timeout == 5.0
+
+
+def test_a_reader_that_leaves_gets_no_traceback() -> None:
+    """Found by hand: `llmfleet status | head -3` ended in a BrokenPipeError traceback."""
+    code = (
+        "import sys\n"
+        "from cluster import cli\n"
+        "def loud(_args):\n"
+        "    for i in range(200_000):\n"
+        "        print('replica', i)\n"
+        "cli.cmd_status = loud\n"
+        "sys.exit(cli.main(['status']))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith(b"replica 0")
+    proc.stdout.close()  # as `head -1` does
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 141, err.decode()[-2000:]
+    assert b"Traceback" not in err
