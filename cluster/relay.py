@@ -240,6 +240,7 @@ class Relay:
         first = asyncio.ensure_future(call.__anext__())  # waited on, never cancelled midway
         t0 = empty_at = loop.time()
         health: str | None = None
+        was_empty = False
         try:
             while not first.done():
                 now = loop.time()
@@ -251,8 +252,14 @@ class Relay:
                 await asyncio.wait({first}, timeout=min(left, HEALTH_POLL_S))
                 if not first.done():
                     health = await self.fleet_health()
-                    if health == "empty" or self._router_sees_none():
-                        health, empty_at = "empty", loop.time()
+                    empty = health == "empty" or self._router_sees_none()
+                    if empty or was_empty:
+                        # the first poll that sees a replica again restarts the window too:
+                        # it came back somewhere since the last poll (found in the suite:
+                        # polled at the window's end, a replacement seen there got no time)
+                        empty_at = loop.time()
+                    health = "empty" if empty else health
+                    was_empty = empty
             if first.done():
                 item = first.result()  # raises what the call raised (a replica died, ...)
                 assert isinstance(item, Accepted)

@@ -311,6 +311,16 @@ def test_a_replica_that_just_started_gets_a_whole_admission_window(fast_polls: N
     assert got == "r1", (got, took)
 
 
+def test_a_replica_seen_at_the_end_of_a_window_still_gets_a_whole_window() -> None:
+    """Polls come once per window when the window is shorter than ``HEALTH_POLL_S``: at 0.2,
+    0.4 (no replica) and 0.6 s (one is back). The request is given a window from 0.6 s, not
+    refused there (found in the suite: the lone-replica component test, admission 0.5 s,
+    got 429s for 1 run in ~10 when the replacement appeared just before a poll)."""
+    handle = _LateHandle(delay_s=0.7)
+    got, took = _timed_start(handle, ["empty", "empty", "healthy"], cold_start_s=5.0)
+    assert got == "r1", (got, took)
+
+
 def test_a_router_with_no_replica_holds_the_request_before_the_reports_go_stale(
     fast_polls: None,
 ) -> None:
