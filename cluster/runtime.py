@@ -311,24 +311,33 @@ def node_processes(name_part: str) -> list[Any]:
     return out
 
 
-def kill_ray_session(session_dir: str) -> int:
-    """Kill the Ray processes of one session (daemons carry the session name in their command
-    line; workers are their descendants). Other Ray clusters on the machine are left alone."""
+def session_processes(session_dir: str) -> dict[int, Any]:
+    """The Ray processes of one session by pid, from any process (daemons carry the session
+    name in their command line; workers are their descendants); this process excluded."""
     import psutil
 
     name = os.path.basename(session_dir.rstrip("/"))
     if not name.startswith("session_"):
-        return 0
-    victims: dict[int, psutil.Process] = {}
+        return {}
+    found: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter(["cmdline"]):
         try:
             if name in " ".join(proc.info["cmdline"] or []):
-                victims[proc.pid] = proc
+                found[proc.pid] = proc
                 for child in proc.children(recursive=True):
-                    victims[child.pid] = child
+                    found[child.pid] = child
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-    victims.pop(os.getpid(), None)
+    found.pop(os.getpid(), None)
+    return found
+
+
+def kill_ray_session(session_dir: str) -> int:
+    """Kill the Ray processes of one session. Other Ray clusters on the machine are left
+    alone."""
+    import psutil
+
+    victims = session_processes(session_dir)
     for proc in victims.values():
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()

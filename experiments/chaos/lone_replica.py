@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from cluster.runtime import read_state
+from cluster.runtime import read_state, session_processes
 from replicas.model_prep import DEFAULT_MODEL
 
 
@@ -128,17 +128,14 @@ def kill_the_replica() -> int:
     state = read_state()
     if not state or not state.get("session_dir"):
         raise SystemExit("no fleet: start one with `llmfleet up --replicas 1`")
-    session = os.path.basename(str(state["session_dir"]).rstrip("/"))
-    victims = {}
-    for proc in psutil.process_iter(["cmdline"]):
-        if session in " ".join(proc.info["cmdline"] or []):
-            for child in proc.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    if "LLMReplica" in " ".join(child.cmdline()):
-                        victims[child.pid] = child
+    victims = []
+    for pid, proc in session_processes(str(state["session_dir"])).items():
+        with contextlib.suppress(psutil.Error):
+            if "LLMReplica" in " ".join(proc.cmdline()):
+                victims.append(pid)
     if len(victims) != 1:
         raise SystemExit(f"expected one LLMReplica process, found {len(victims)}")
-    pid = next(iter(victims))
+    pid = victims[0]
     os.kill(pid, signal.SIGKILL)
     return pid
 
