@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import ConfigError, FleetConfig, load_config
+from cluster.start_view import describe as describe_start_failures
+from cluster.start_view import describe_serve
 
 # `llmfleet up` flag -> (config section, field)
 _FLAG_FIELDS = {
@@ -110,8 +112,17 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 2
         if note:
             print(f"llmfleet: warning: {note}", file=sys.stderr, flush=True)
-        state["url"] = runtime.deploy(cfg)
-        runtime.wait_ready(state["url"], timeout_s=args.ready_timeout)
+        try:
+            state["url"] = runtime.deploy(cfg)
+            runtime.wait_ready(state["url"], timeout_s=args.ready_timeout)
+        except (RuntimeError, TimeoutError) as err:  # e.g. Serve gave up starting replicas
+            # found by hand: a model that cannot load ended in a traceback saying only
+            # "Failed to update the deployments ['LLMReplica']"
+            print(f"llmfleet: the fleet did not start: {err}", file=sys.stderr)
+            failed = describe_serve(runtime.failed_deployments())
+            failed += describe_start_failures(runtime.start_failures(), time.time(), True)
+            print("\n".join(failed), file=sys.stderr, flush=True)
+            return 1
         runtime.write_state({**state, "starting": False})
         stopping["ready"] = True
         print(
@@ -188,6 +199,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"{r['replica'][:12]:<12} {s.healthy!s:>7} {int(s.waiting):>7} {int(s.running):>7} "
             f"{int(s.waiting_prefill_tokens):>11} {s.queue_delay_s:>8.2f} {s.kv_usage:>8.1%} {hit:>8.1%}"
         )
+    for line in describe_start_failures(data.get("start_failures") or [], time.time()):
+        print(line)
     _print_autoscaler(state.get("metrics_url"))
     return 0
 

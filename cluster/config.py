@@ -216,7 +216,7 @@ class ServerConfig(_Strict):
     cold_start_timeout_s: float = Field(
         120.0,
         gt=0,
-        description="While no replica is serving at all (a fleet scaling up from zero, or its only replica being replaced), a request waits for one to start, up to this long in all; then 503 with Retry-After. Raise it for models whose replicas take longer to start.",
+        description="While no replica is serving at all (a fleet scaling up from zero, or its only replica being replaced), a request waits for one to start, up to this long in all; then 503 with Retry-After. Raise it for models whose replicas take longer to start. Not while replicas fail to start (since one last started): then 503 after admission_timeout_s.",
     )
     migrate_attempts: int = Field(
         2,

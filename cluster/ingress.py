@@ -41,7 +41,7 @@ from cluster.request_prep import (
     resubmit,
 )
 from contracts.http import JSON, SSE, APIError
-from replicas.status_registry import fleet_rows, fleet_snapshot
+from replicas.status_registry import fleet_overview, fleet_snapshot
 from router.admission import ledger_for
 
 log = logging.getLogger("llmfleet.ingress")
@@ -90,17 +90,22 @@ def health_verdict(rows: list[dict[str, Any]], now: float) -> tuple[int, dict[st
     return 503, err.body()
 
 
-def fleet_health(rows: list[dict[str, Any]] | None, now: float) -> str | None:
-    """``"healthy"``: a replica reported healthy within ``HEALTH_FRESH_S``; ``"failing"``:
-    replicas report, none healthy; ``"empty"``: none reported lately (none started yet, or
-    every one gone: a killed replica's last row stays until it is stale); None: the status
-    actor did not answer, so nothing is known."""
+def fleet_health(
+    rows: list[dict[str, Any]] | None, now: float, start_failures: list[Any] | None = None
+) -> str | None:
+    """``"healthy"``: a replica reported healthy within ``HEALTH_FRESH_S``; ``"unstartable"``:
+    none did, and replicas failed to start since one last started (waiting for a start that
+    keeps failing is pointless); ``"failing"``: replicas report, none healthy; ``"empty"``:
+    none reported lately (none started yet, or every one gone: a killed replica's last row
+    stays until it is stale); None: the status actor did not answer, so nothing is known."""
     if rows is None:
         return None
     fresh = [r for r in rows if now - r.get("reported_at", 0.0) < HEALTH_FRESH_S]
-    if not fresh:
-        return "empty"
-    return "healthy" if any(r.get("healthy") for r in fresh) else "failing"
+    if any(r.get("healthy") for r in fresh):
+        return "healthy"
+    if start_failures:
+        return "unstartable"
+    return "failing" if fresh else "empty"
 
 
 def _deployments() -> dict[str, Any]:
@@ -175,8 +180,10 @@ class OpenAIIngress:
         """``fleet_health`` of the status reports, cached for ``HEALTH_CACHE_S``."""
         now = time.monotonic()
         if now - self._health[0] > HEALTH_CACHE_S:
-            rows = await fleet_rows(timeout_s=0.5)
-            self._health = (now, fleet_health(rows, time.time()))
+            seen = await fleet_overview(timeout_s=0.5)
+            rows = None if seen is None else seen["replicas"]
+            failed = None if seen is None else seen["start_failures"]
+            self._health = (now, fleet_health(rows, time.time(), failed))
         return self._health[1]
 
     def _auth(self, request: Request) -> Any:
@@ -221,8 +228,10 @@ class OpenAIIngress:
         if self.quota_sync is not None:
             await self.quota_sync.ready()  # (a replica that has served nothing yet)
         c = self.relay.counters
+        seen = await fleet_overview(timeout_s=2.0) or {}
         return {
-            "replicas": await fleet_snapshot(timeout_s=2.0),
+            "replicas": seen.get("replicas", []),
+            "start_failures": seen.get("start_failures", []),
             "deployments": await asyncio.to_thread(_deployments),
             "ingress": {
                 "retried": c.retried,

@@ -11,7 +11,8 @@
 - **Admission.** A replica takes a request when it has a free slot (``max_ongoing_requests``);
   until then the request waits at the router, at most ``max_queued`` of them per ingress,
   each at most ``admission_timeout_s`` (then 429, or 503 when no replica is healthy;
-  while no replica serves at all, up to ``cold_start_timeout_s``: one is starting). A
+  while no replica serves at all, up to ``cold_start_timeout_s``: one is starting; not
+  when replicas failed to start since one last did: 503 at the window's end). A
   request that would be queued beyond ``max_queued`` is refused at once: the ledger
   (``router/admission.py``, shared with the router in this process) says how many of the
   calls not yet accepted have no slot to go to; before the router exists (``start_router``
@@ -77,10 +78,10 @@ def busy(message: str) -> APIError:
     )
 
 
-def unavailable() -> APIError:
+def unavailable(message: str = "no healthy replica is serving this model") -> APIError:
     return APIError(
         503,
-        "no healthy replica is serving this model",
+        message,
         type="service_unavailable",
         code="no_healthy_replica",
         headers={"retry-after": str(RETRY_AFTER_S)},
@@ -235,7 +236,8 @@ class Relay:
         """The replica that accepted ``call``. It may wait ``admission_timeout_s``, counted
         again from the last time no replica reported at all (a fleet scaling up from zero,
         or its only replica being replaced: the wait is a replica's start, not a busy
-        fleet), up to ``cold_start_timeout_s`` in all; then 429, or 503 with none serving."""
+        fleet), up to ``cold_start_timeout_s`` in all, unless replicas fail to start ("unstartable":
+        no start to wait for); then 429, or 503 with none serving."""
         loop = asyncio.get_running_loop()
         first = asyncio.ensure_future(call.__anext__())  # waited on, never cancelled midway
         t0 = empty_at = loop.time()
@@ -252,7 +254,10 @@ class Relay:
                 await asyncio.wait({first}, timeout=min(left, HEALTH_POLL_S))
                 if not first.done():
                     health = await self.fleet_health()
-                    empty = health == "empty" or self._router_sees_none()
+                    # a start that keeps failing is no start to wait for
+                    empty = health == "empty" or (
+                        health != "unstartable" and self._router_sees_none()
+                    )
                     if empty or was_empty:
                         # the first poll that sees a replica again restarts the window too:
                         # it came back somewhere since the last poll (found in the suite:
@@ -269,6 +274,11 @@ class Relay:
                 first.cancel()
         # no replica took it: none is serving (replicas report and fail, or none reports
         # within the cold-start bound) or all are busy
+        if health == "unstartable":
+            raise unavailable(
+                "no replica of this model could start; retry later (the operator sees why "
+                "in `llmfleet status`)"
+            )
         if health in ("failing", "empty"):
             raise unavailable()
         raise busy("the fleet is at capacity; retry later")

@@ -198,6 +198,35 @@ def deploy(cfg: FleetConfig, *, enable_metrics: bool = True) -> str:
     return f"http://{cfg.server.host}:{cfg.server.port}"
 
 
+def start_failures() -> list[dict[str, Any]]:
+    """The status actor's record of replicas that failed to start (none if it is gone)."""
+    import ray
+
+    from replicas.status_registry import get_status_actor
+
+    try:
+        actor = get_status_actor()
+        return list(ray.get(actor.overview.remote(), timeout=5)["start_failures"]) if actor else []
+    except Exception:
+        return []
+
+
+def failed_deployments() -> dict[str, str]:
+    """Serve's message for each deployment it gave up starting (DEPLOY_FAILED)."""
+    from ray import serve
+
+    try:
+        apps = serve.status().applications
+    except Exception:
+        return {}
+    return {
+        name: str(dep.message)
+        for app in apps.values()
+        for name, dep in app.deployments.items()
+        if str(getattr(dep.status, "value", dep.status)) == "DEPLOY_FAILED"
+    }
+
+
 def check_ports(cfg: FleetConfig) -> None:
     """Refuse to start while a port the fleet will listen on is taken, naming the setting.
     Found by hand: a taken API port ended `llmfleet up` in a traceback from Serve's proxy

@@ -35,8 +35,22 @@ from replicas.metrics import ReplicaMetrics
 from replicas.stall import StallWatch
 
 GAUGE_PERIOD_S = 1.0
+START_ERROR_CHARS = 1000  # of an engine's start error, kept for `llmfleet status`
 PROBE_EVERY_S = 5.0  # an idle engine is pinged this often (``_maybe_probe``)
 log = logging.getLogger("llmfleet.replica")
+
+
+async def _report_start_failure(replica_id: str, err: BaseException) -> None:
+    """Tell the status actor why this replica's start failed (``start_failure.py``). Awaited:
+    Serve stops the process once the constructor raises, and a queued call would be lost."""
+    from replicas.start_failure import diagnose
+    from replicas.status_registry import get_status_actor
+
+    with contextlib.suppress(Exception):
+        why = diagnose(err, START_ERROR_CHARS)
+        status = get_status_actor()
+        if status is not None:
+            await asyncio.wait_for(status.start_failed.remote(replica_id, why, os.getpid()), 5.0)
 
 
 class LLMReplica:
@@ -46,6 +60,13 @@ class LLMReplica:
         from ray import serve
 
         self.replica_id = serve.get_replica_context().replica_id.unique_id
+        try:
+            await self._start(engine_spec, enable_metrics)
+        except Exception as err:  # Serve retries; the fleet's readers learn why it failed
+            await _report_start_failure(self.replica_id, err)
+            raise
+
+    async def _start(self, engine_spec: dict[str, Any], enable_metrics: bool) -> None:
         settings = engine_spec.get("settings", {})
         if settings.get("kv_events_endpoint"):  # a template: one endpoint per replica
             endpoint = settings["kv_events_endpoint"].format(replica_id=self.replica_id)

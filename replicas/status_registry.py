@@ -7,6 +7,10 @@ deadline and falls back to its own view). It also holds what the routers share: 
 (``router/serve_snapshot.py``) and the live route log (``replicas/route_log.py``, read and
 written by ``router/serve_share.py``; ``routes_since`` waits up to ``wait_s`` for a batch,
 so the actor is async: every method runs on its one event loop, one at a time).
+Replicas whose engine could not start say why (``start_failed``); those reasons are kept
+until a replica starts (its first report), at most ``START_FAILURES_KEPT`` of them for
+``START_FAILURE_KEEP_S``: an ingress then stops holding requests for a start that keeps
+failing, and ``llmfleet up`` / ``status`` show the reason (``overview``).
 A row is the replica's ``ReplicaStats.to_wire()`` plus ``replica``, ``pid`` and ``reported_at``;
 readers decode it with ``contracts.stats.from_wire`` (``llmfleet status``) or read single
 keys that every version has (``healthy`` for ``GET /health``).
@@ -27,6 +31,8 @@ from replicas.slot_table import SlotTable
 NAMESPACE = "llmfleet"
 ACTOR_NAME = "llmfleet-status"
 STALE_S = 30.0
+START_FAILURES_KEPT = 8
+START_FAILURE_KEEP_S = 600.0
 
 
 @ray.remote(num_cpus=0)
@@ -37,9 +43,12 @@ class FleetStatus:
         self._routes = RouteLog()
         self._appended: dict[str, asyncio.Event] = {}  # channel -> set on its next append
         self._slots = SlotTable()  # concurrency limits decided in one place (quota_sync)
+        self._start_failures: list[dict[str, Any]] = []  # since the last replica started
 
     def report(self, replica_id: str, stats: dict[str, float], pid: int = 0) -> None:
         # stats: ReplicaStats wire; pid: the replica's process (operators, chaos tests)
+        if replica_id not in self._replicas:  # a first report: this replica started
+            self._start_failures.clear()
         row = {"replica": replica_id, "reported_at": time.time(), "pid": pid}
         self._replicas[replica_id] = {**row, **stats}
 
@@ -90,6 +99,17 @@ class FleetStatus:
         (``SlotTable.acquire``): (granted, the fleet's count)."""
         return self._slots.acquire(key, origin, held, limit, ver, time.monotonic())
 
+    def start_failed(self, replica_id: str, why: dict[str, str], pid: int = 0) -> None:
+        # why: ``start_failure.diagnose`` (error, root_cause, log)
+        row = {"replica": replica_id, "failed_at": time.time(), "pid": pid, **why}
+        self._start_failures = [*self._start_failures, row][-START_FAILURES_KEPT:]
+
+    def overview(self) -> dict[str, Any]:
+        """The replicas' rows (``snapshot``) and the start failures since one last started."""
+        now = time.time()
+        failed = [f for f in self._start_failures if now - f["failed_at"] < START_FAILURE_KEEP_S]
+        return {"replicas": self.snapshot(), "start_failures": failed}
+
     def forget(self, replica_id: str) -> None:
         self._replicas.pop(replica_id, None)
 
@@ -129,6 +149,17 @@ async def fleet_rows(timeout_s: float) -> list[dict[str, Any]] | None:
         return None
     try:
         return await asyncio.wait_for(actor.snapshot.remote(), timeout_s)
+    except Exception:
+        return None
+
+
+async def fleet_overview(timeout_s: float) -> dict[str, Any] | None:
+    """``FleetStatus.overview``, or None when the status actor did not answer."""
+    actor = get_status_actor()
+    if actor is None:
+        return None
+    try:
+        return dict(await asyncio.wait_for(actor.overview.remote(), timeout_s))
     except Exception:
         return None
 

@@ -62,6 +62,28 @@ def test_a_fleet_ray_cannot_place_is_refused_at_start(tmp_path: Path, env: dict[
     assert not (tmp_path / "home" / "state.json").exists()
 
 
+def test_a_fleet_whose_replicas_cannot_start_says_why(tmp_path: Path, env: dict[str, str]) -> None:
+    """Found by hand: `up --model DIR` with no weights in DIR (vLLM) ended after 81 s in a
+    traceback saying only "Failed to update the deployments ['LLMReplica']". Now `up` exits
+    1 and prints why each deployment Serve gave up on failed (here a broken tokenizer file,
+    which the ingress reads too; the replicas' own records are in the unit tests)."""
+    from replicas.model_prep import resolve_model
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "tokenizer_config.json"):
+        (model / name).write_bytes((resolve_model("default") / name).read_bytes())
+    (model / "tokenizer.json").write_text("{ not a tokenizer")
+    cfg = tmp_path / "sim.yaml"
+    cfg.write_text(SIM_YAML)
+    out = run(["up", "--config", str(cfg), "--model", str(model), "--replicas", "1"], env)
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "the fleet did not start" in out.stderr
+    assert "  OpenAIIngress: Exception: key must be a string" in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "home" / "state.json").exists()
+
+
 SIM_YAML = (
     f"server:\n  port: {PORT}\n  metrics_export_port: 18131\n"
     "replicas:\n  num_cpus: 0.1\nengine:\n  sim:\n    speed: 5.0\n"

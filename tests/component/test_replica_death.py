@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -168,3 +171,58 @@ async def _give_up(i: int) -> str:
         return f"answered {r.status_code}"
     except httpx.TimeoutException:
         return "gave up"
+
+
+@pytest.fixture
+def breakable_model(fleet: None, tmp_path: Path) -> Iterator[Path]:
+    """The lone sim replica served from a copy of the model's tokenizer files, which a test
+    can break so that every replica started afterwards fails (as a deleted or corrupted
+    model directory would); restored and redeployed as the module's fleet after."""
+    from replicas.model_prep import resolve_model
+
+    src = Path(resolve_model("default"))
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(src / name, tmp_path / name)
+    deploy_app(
+        {
+            "model": {"path": str(tmp_path)},
+            "engine": {"type": "sim", "sim": {"speed": 1.0}},
+            "replicas": {"num_replicas": 1, "num_cpus": 0.1, "max_ongoing_requests": 8},
+            "server": {"ingress_replicas": 1, "admission_timeout_s": 2.0},
+        },
+        timeout_s=180,
+    )
+    yield tmp_path / "tokenizer.json"
+    shutil.copy(src / "tokenizer.json", tmp_path / "tokenizer.json")
+
+
+async def test_a_replacement_that_cannot_start_is_not_waited_for(breakable_model: Path) -> None:
+    """Found by hand: a replica that cannot start (vLLM given a directory without weights)
+    was retried by Serve without end, and requests were held for the whole cold-start bound
+    (120 s) with nothing saying why. Once a replacement's start has failed, a request gets
+    503 after one admission window (2 s here), and ``/fleet/status`` says why it failed;
+    once a replica starts again, requests are served and the record is cleared."""
+    good = breakable_model.read_bytes()
+    breakable_model.write_text("{ not a tokenizer")
+    async with httpx.AsyncClient(base_url=TEST_URL, timeout=120) as c:
+        assert await _kill_replicas(1, 0.0)
+        t0 = time.monotonic()
+        r = await c.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 4})
+        took = time.monotonic() - t0
+        failures = (await c.get("/fleet/status")).json()["start_failures"]
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "no_healthy_replica"
+        assert "could start" in r.json()["error"]["message"]
+        assert took < 30, took  # the cold-start bound is 120 s
+        assert failures, "no start failure recorded"
+        assert "Exception" in failures[-1]["error"], failures[-1]
+        assert failures[-1].get("log", "").endswith(".out"), failures[-1]
+        breakable_model.write_bytes(good)  # Serve's next start succeeds
+        for _ in range(120):
+            if (await c.get("/health")).status_code == 200:
+                break
+            await asyncio.sleep(0.5)
+        r = await c.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 4})
+        after = (await c.get("/fleet/status")).json()["start_failures"]
+    assert r.status_code == 200, r.text
+    assert after == [], after

@@ -29,3 +29,15 @@ def test_fleet_health_tells_no_reports_from_no_answer() -> None:
     assert fleet_health([gone], now=100.0) == "empty"
     assert fleet_health([gone, {**fresh, "healthy": 0.0}], now=100.0) == "failing"
     assert fleet_health(None, now=100.0) is None  # the actor did not answer
+
+
+def test_a_fleet_whose_replicas_fail_to_start_is_unstartable_until_one_serves() -> None:
+    """Found by hand: a replica that cannot start (its model files broken) held every request
+    for the whole cold-start bound (120 s), waiting for a start that kept failing."""
+    failed = [{"replica": "r9", "failed_at": 99.0, "error": "OSError: no weights"}]
+    assert fleet_health([], now=100.0, start_failures=failed) == "unstartable"
+    unhealthy = {"healthy": 0.0, "reported_at": 99.5}
+    assert fleet_health([unhealthy], now=100.0, start_failures=failed) == "unstartable"
+    healthy = {"healthy": 1.0, "reported_at": 99.5}  # another replica still serves
+    assert fleet_health([healthy], now=100.0, start_failures=failed) == "healthy"
+    assert fleet_health([], now=100.0, start_failures=[]) == "empty"

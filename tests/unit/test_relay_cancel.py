@@ -296,6 +296,17 @@ def test_the_cold_start_wait_is_bounded_and_then_503(fast_polls: None) -> None:
     assert 0.55 < took < 1.5, took
 
 
+def test_a_start_that_keeps_failing_is_not_waited_for(fast_polls: None) -> None:
+    """A replacement was starting (no replica reports), then its start failed: the request
+    is not held for the cold-start bound but gets 503 one admission window later, saying
+    that no replica could start."""
+    got, took = _timed_start(_Handle([]), ["empty"] * 10 + ["unstartable"], cold_start_s=5.0)
+    assert isinstance(got, APIError)
+    assert (got.status, got.code) == (503, "no_healthy_replica")
+    assert "could start" in got.message
+    assert 0.3 < took < 1.0, took  # ~0.2 s of "empty" polls, then one 0.2-s window
+
+
 def test_a_busy_fleet_still_refuses_after_the_admission_window(fast_polls: None) -> None:
     got, took = _timed_start(_Handle([]), ["healthy"], cold_start_s=5.0)
     assert isinstance(got, APIError)
