@@ -85,7 +85,9 @@ def _num(value: float) -> str:
     return f"{value:.3g}"
 
 
-def state_line(view: AutoscalerView) -> str:
+def state_line(view: AutoscalerView, min_replicas: int | None = None) -> str:
+    """``min_replicas``: the fleet's floor (``llmfleet up`` records it): a fleet held there
+    is not held by the reserve, whatever the reserve says."""
     desired, current = view.desired, view.current
     head = f"autoscaler {view.deployment} ({view.policy}): running {current}, wants {desired}"
     if desired is None or current is None:
@@ -94,6 +96,8 @@ def state_line(view: AutoscalerView) -> str:
         return f"{head}: scaling up"
     if desired < current:
         return f"{head}: scaling down"
+    if min_replicas is not None and desired <= min_replicas:
+        return f"{head}: at its floor (autoscaling.min_replicas {min_replicas})"
     reserve = view.signals.get(RESERVE)
     if reserve is not None and desired > 0 and reserve >= desired:
         boot = view.signals.get("boot_s")
@@ -106,8 +110,8 @@ def state_line(view: AutoscalerView) -> str:
     return f"{head}: steady"
 
 
-def describe(view: AutoscalerView) -> list[str]:
-    lines = [state_line(view)]
+def describe(view: AutoscalerView, min_replicas: int | None = None) -> list[str]:
+    lines = [state_line(view, min_replicas)]
     pairs = []
     for name in sorted(view.signals):
         target = view.targets.get(name)

@@ -99,6 +99,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         state["session_dir"] = os.environ.get("LLMFLEET_RAY_SESSION_DIR", "")
         node = state["gcs_address"].rsplit(":", 1)[0]  # the head node: Serve's controller
         state["metrics_url"] = f"http://{node}:{cfg.server.metrics_export_port}/metrics"
+        state["min_replicas"] = cfg.autoscaling.min_replicas  # the floor `status` names
         runtime.write_state(state)
         stopping["hold"] = False
         if stopping["flag"]:  # asked to stop during ray.init
@@ -201,11 +202,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     for line in describe_start_failures(data.get("start_failures") or [], time.time()):
         print(line)
-    _print_autoscaler(state.get("metrics_url"))
+    _print_autoscaler(state.get("metrics_url"), state.get("min_replicas"))
     return 0
 
 
-def _print_autoscaler(metrics_url: str | None) -> None:
+def _print_autoscaler(metrics_url: str | None, min_replicas: int | None) -> None:
     """The scaling policy's latest decision and why (``cluster/autoscaler_view.py``), from
     Ray's metrics port on this (head) node; nothing when no policy of ours exports one."""
     import httpx
@@ -220,7 +221,7 @@ def _print_autoscaler(metrics_url: str | None) -> None:
         print(f"autoscaler: Ray's metrics port {metrics_url} did not answer: {err!r}")
         return
     for view in parse(text).values():
-        print("\n".join(describe(view)))
+        print("\n".join(describe(view, min_replicas)))
 
 
 def cmd_down(args: argparse.Namespace) -> int:

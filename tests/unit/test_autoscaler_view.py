@@ -87,3 +87,13 @@ def test_no_policy_of_ours_no_view() -> None:
     """Ray's default policy (ongoing-requests) and a fleet without autoscaling export none."""
     assert parse('ray_serve_num_http_requests_total{route="/v1"} 12.0\n') == {}
     assert parse("") == {}
+
+
+def test_a_fleet_at_its_floor_is_not_said_to_be_held_by_the_reserve() -> None:
+    """Noticed reading the rule: with `min_replicas: 2` and a reserve of 2, status blamed
+    the reserve (and named its knob), which turned off would not have moved the fleet."""
+    view = parse(_text(desired=2, current=2, reserve=2.0))["LLMReplica"]
+    first = describe(view, min_replicas=2)[0]
+    assert first.endswith("running 2, wants 2: at its floor (autoscaling.min_replicas 2)")
+    assert "held by the burst reserve" in describe(view, min_replicas=1)[0]
+    assert "held by the burst reserve" in describe(view)[0]  # floor unknown (older state)
