@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import arrivals, client, console, datasets, plots, report
+from bench import argtypes, arrivals, client, console, datasets, plots, report
 from bench.runner import LoadPlan, RunOutcome, run_load
 from bench.slo import parse_slo
 from bench.tokens import TokenSource, load_tokenizer
@@ -44,14 +44,33 @@ def add_arguments(parser: argparse.ArgumentParser, default_tokenizer: str | None
         "mooncake:PATH | azure:PATH (see bench/datasets.py)",
     )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--rate", type=float, default=None, help="open-loop request rate (req/s)")
-    mode.add_argument("--concurrency", type=int, default=None, help="closed-loop users")
-    a("--burstiness", type=float, default=1.0, help="gamma shape: 1 = Poisson, <1 burstier")
+    mode.add_argument(
+        "--rate", type=argtypes.rate, default=None, help="open-loop request rate (req/s)"
+    )
+    mode.add_argument(
+        "--concurrency", type=argtypes.positive_int, default=None, help="closed-loop users"
+    )
+    a(
+        "--burstiness",
+        type=argtypes.positive_float,
+        default=1.0,
+        help="gamma shape: 1 = Poisson, <1 burstier",
+    )
     a("--arrival", choices=("gamma", "constant"), default="gamma")
-    a("--num-requests", type=int, default=None)
-    a("--duration", type=float, default=600.0, help="no request starts after this (s)")
-    a("--time-scale", type=float, default=1.0, help="trace timestamps × F (0.5 = 2× faster)")
-    a("--length-scale", type=float, default=1.0, help="token lengths × F")
+    a("--num-requests", type=argtypes.positive_int, default=None)
+    a(
+        "--duration",
+        type=argtypes.positive_float,
+        default=600.0,
+        help="no request starts after this (s)",
+    )
+    a(
+        "--time-scale",
+        type=argtypes.positive_float,
+        default=1.0,
+        help="trace timestamps × F (0.5 = 2× faster)",
+    )
+    a("--length-scale", type=argtypes.positive_float, default=1.0, help="token lengths × F")
     a("--slo", default=None, help="ttft_ms=…,tpot_ms=…,e2e_ms=…")
     a("--sweep", default=None, help="comma-separated rates R1,R2,…")
     a("--seed", type=int, default=0)
@@ -70,12 +89,17 @@ def add_arguments(parser: argparse.ArgumentParser, default_tokenizer: str | None
         help="completions prompt as text or token ids (default: text with a tokenizer)",
     )
     a("--no-ignore-eos", action="store_true", help="do not send ignore_eos=true")
-    a("--warmup", type=int, default=0, help="warm-up requests sent first and discarded")
-    a("--max-concurrency", type=int, default=None)
-    a("--timeout", type=float, default=300.0, help="per-request timeout (s)")
-    a("--replicas", type=int, default=1)
-    a("--replica-hour-cost", type=float, default=None, help="USD per replica-hour")
-    a("--min-tpot-ms", type=float, default=None, help="flag TPOT below this floor")
+    a(
+        "--warmup",
+        type=argtypes.nonneg_int,
+        default=0,
+        help="warm-up requests sent first and discarded",
+    )
+    a("--max-concurrency", type=argtypes.positive_int, default=None)
+    a("--timeout", type=argtypes.positive_float, default=300.0, help="per-request timeout (s)")
+    a("--replicas", type=argtypes.positive_int, default=1)
+    a("--replica-hour-cost", type=argtypes.nonneg_float, default=None, help="USD per replica-hour")
+    a("--min-tpot-ms", type=argtypes.nonneg_float, default=None, help="flag TPOT below this floor")
     a("--no-progress", action="store_true")
 
 

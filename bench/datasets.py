@@ -20,6 +20,7 @@ Lengths scale by ``length_scale``; trace timestamps by ``time_scale``. Prompts c
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 from bench import traces
@@ -55,12 +56,20 @@ SYNTHETIC = tuple(DEFAULTS)
 TRACES = ("mooncake", "azure")
 
 
+LENGTH_DISTS = ("fixed", "uniform", "normal", "exponential")
+COUNTS = ("n", "groups", "prompts", "sessions", "turns")  # whole numbers ≥ 1; others ≥ 0
+
+
 def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """Name and parameters, each checked (found by hand: ``random:input=abc`` and a trace
+    path that does not exist were found only after the load generator had connected)."""
     name, _, rest = spec.partition(":")
     name = name.strip()
     if name in TRACES:
         if not rest:
             raise ValueError(f"{name} needs a path: {name}:PATH")
+        if not Path(rest).is_file():
+            raise ValueError(f"{name}: no such file: {rest}")
         return name, {"path": rest}
     if name not in DEFAULTS:
         raise ValueError(f"unknown dataset {name!r}; known: {', '.join(SYNTHETIC + TRACES)}")
@@ -69,8 +78,24 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
         key, eq, value = item.partition("=")
         if not eq or key not in params:
             raise ValueError(f"bad {name} parameter {item!r}; known: {', '.join(params)}")
-        params[key] = value
+        _check_value(name, key, value.strip())
+        params[key] = value.strip()
     return name, params
+
+
+def _check_value(name: str, key: str, value: str) -> None:
+    if key.endswith("_dist"):
+        if value not in LENGTH_DISTS:
+            raise ValueError(f"{name}: {key} must be one of {', '.join(LENGTH_DISTS)}: {value!r}")
+        return
+    try:
+        number = int(value) if key in COUNTS else float(value)
+    except ValueError:
+        kind = "a whole number" if key in COUNTS else "a number"
+        raise ValueError(f"{name}: {key} must be {kind}: {value!r}") from None
+    low = 1 if key in COUNTS else 0
+    if not number >= low or number == float("inf"):
+        raise ValueError(f"{name}: {key} must be ≥ {low} and finite: {value!r}")
 
 
 def has_timestamps(spec: str) -> bool:

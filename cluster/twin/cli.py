@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench import argtypes
 from cluster.twin.spec import TwinSpec, arrival_times, build_twin
 from replicas.sim.profiles import HARDWARE, MODELS
 from replicas.sim.scheduler import BATCHING_MODES
@@ -18,10 +19,10 @@ from replicas.sim.scheduler import BATCHING_MODES
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
-    a("--replicas", type=int, default=1, help="replicas at start")
+    a("--replicas", type=argtypes.positive_int, default=1, help="replicas at start")
     a("--hardware", choices=sorted(HARDWARE), default="h100")
     a("--model", choices=sorted(MODELS), default="llama-3-8b")
-    a("--tp", type=int, default=1, help="tensor-parallel degree per replica")
+    a("--tp", type=argtypes.positive_int, default=1, help="tensor-parallel degree per replica")
     a(
         "--workload",
         required=True,
@@ -29,44 +30,84 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     a("--router", default="round-robin", help="routing policy name (router.registry)")
     a("--autoscale", default=None, help="scaling policy name (autoscaler.registry)")
-    a("--min-replicas", type=int, default=None)
-    a("--max-replicas", type=int, default=None)
-    a("--startup-s", type=float, default=30.0, help="virtual seconds until a new replica is ready")
+    a("--min-replicas", type=argtypes.nonneg_int, default=None)
+    a("--max-replicas", type=argtypes.positive_int, default=None)
+    a(
+        "--startup-s",
+        type=argtypes.nonneg_float,
+        default=30.0,
+        help="virtual seconds until a new replica is ready",
+    )
     a(
         "--warm-pool",
-        type=int,
+        type=argtypes.nonneg_int,
         default=0,
         help="sleeping replicas kept (vLLM sleep mode, level 1): a scale-up wakes them first",
     )
     a(
         "--wake-s",
-        type=float,
+        type=argtypes.nonneg_float,
         default=None,
         help="virtual seconds to wake a sleeping replica (default: weights / host-to-GPU copy)",
     )
     a(
         "--kv-event-delay-ms",
-        type=float,
+        type=argtypes.nonneg_float,
         default=0.0,
         help="prefix-precise: delay from the engine to the router of each KV event",
     )
     a("--slo", default=None, help="e.g. ttft_ms=2000,tpot_ms=100")
     a("--batching", choices=BATCHING_MODES, default="continuous")
-    a("--batch-size", type=int, default=0, help="static/dynamic batch size (0 = max_num_seqs)")
-    a("--batch-timeout-ms", type=float, default=50.0, help="dynamic batching timeout")
+    a(
+        "--batch-size",
+        type=argtypes.nonneg_int,
+        default=0,
+        help="static/dynamic batch size (0 = max_num_seqs)",
+    )
+    a(
+        "--batch-timeout-ms",
+        type=argtypes.nonneg_float,
+        default=50.0,
+        help="dynamic batching timeout",
+    )
     a("--seed", type=int, default=0)
-    a("--time-scale", type=float, default=1.0, help="multiply trace timestamps")
-    a("--length-scale", type=float, default=1.0, help="multiply token lengths")
-    a("--rate", type=float, default=None, help="Poisson req/s when the workload has no timestamps")
-    a("--num-requests", type=int, default=None)
-    a("--block-size", type=int, default=None, help="KV block size (default 16 GPU, 128 CPU)")
-    a("--max-num-seqs", type=int, default=None)
-    a("--max-num-batched-tokens", type=int, default=None)
-    a("--kv-capacity-tokens", type=int, default=None)
+    a("--time-scale", type=argtypes.positive_float, default=1.0, help="multiply trace timestamps")
+    a("--length-scale", type=argtypes.positive_float, default=1.0, help="multiply token lengths")
+    a(
+        "--rate",
+        type=argtypes.positive_float,
+        default=None,
+        help="Poisson req/s when the workload has no timestamps",
+    )
+    a("--num-requests", type=argtypes.positive_int, default=None)
+    a(
+        "--block-size",
+        type=argtypes.positive_int,
+        default=None,
+        help="KV block size (default 16 GPU, 128 CPU)",
+    )
+    a("--max-num-seqs", type=argtypes.positive_int, default=None)
+    a("--max-num-batched-tokens", type=argtypes.positive_int, default=None)
+    a("--kv-capacity-tokens", type=argtypes.positive_int, default=None)
     a("--no-chunked-prefill", action="store_true")
     a("--no-prefix-caching", action="store_true")
-    a("--replica-hour-cost", type=float, default=None, help="$ per replica-hour for cost numbers")
+    a(
+        "--replica-hour-cost",
+        type=argtypes.nonneg_float,
+        default=None,
+        help="$ per replica-hour for cost numbers",
+    )
     a("--out", required=True, help="result JSON path (records go to the .jsonl beside it)")
+
+
+def check_bounds(args: argparse.Namespace) -> None:
+    """What argparse cannot check one flag at a time (found by hand: ``--min-replicas 5
+    --max-replicas 2`` ran, and its result said nothing of it)."""
+    lo, hi = args.min_replicas, args.max_replicas
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"--min-replicas {lo} is above --max-replicas {hi}")
+    if args.autoscale in (None, "none") and (lo is not None or hi is not None):
+        raise ValueError("--min-replicas / --max-replicas need --autoscale POLICY")
 
 
 def spec_from_args(args: argparse.Namespace) -> TwinSpec:
@@ -91,15 +132,17 @@ def run(args: argparse.Namespace) -> int:
     from cluster.twin.results import build_result
 
     t0, c0 = time.perf_counter(), time.process_time()
-    slo = parse_slo(args.slo)
-    specs = build_requests(
-        args.workload, num_requests=args.num_requests, seed=args.seed,
-        length_scale=args.length_scale, time_scale=args.time_scale,
-    )  # fmt: skip
-    arrivals = arrival_times(specs, args.rate, args.seed)
     try:
+        check_bounds(args)
+        slo = parse_slo(args.slo)
+        specs = build_requests(
+            args.workload, num_requests=args.num_requests, seed=args.seed,
+            length_scale=args.length_scale, time_scale=args.time_scale,
+        )  # fmt: skip
+        arrivals = arrival_times(specs, args.rate, args.seed)
+        # a setup the twin cannot model (e.g. a warm pool on CPU) is refused here too
         sim = build_twin(spec_from_args(args), slo)
-    except ValueError as err:  # a setup the twin cannot model, e.g. a warm pool on CPU
+    except (ValueError, OSError) as err:  # found by hand: tracebacks for a bad workload
         print(f"llmfleet sim: error: {err}", file=sys.stderr)
         return 2
     records = sim.run(specs, arrivals)

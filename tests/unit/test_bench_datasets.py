@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -140,6 +141,32 @@ def test_bad_specs_rejected() -> None:
             match=r"unknown dataset|bad random parameter|needs a path|bad shared-prefix parameter",
         ):
             parse_spec(bad)
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("random:input=abc", "input must be a number: 'abc'"),
+        ("random:input=-5", "input must be ≥ 0"),
+        ("random:spread=nan", "spread must be ≥ 0"),
+        ("random:output=inf", "and finite"),
+        ("random:input_dist=poisson", "input_dist must be one of fixed, uniform"),
+        ("random:n=2.5", "n must be a whole number"),
+        ("shared-prefix:groups=0", "groups must be ≥ 1"),
+        ("multi-turn:turns=x", "turns must be a whole number"),
+        ("azure:/no/such/trace.csv", "azure: no such file: /no/such/trace.csv"),
+    ],
+)
+def test_bad_values_are_refused_before_any_request(spec: str, says: str) -> None:
+    """Found by hand: ``llmfleet bench --dataset random:input=abc`` (and a trace path that
+    does not exist) failed only after the load generator had connected to the server."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_spec(spec)
+
+
+def test_good_values_still_parse() -> None:
+    name, p = parse_spec("random:input=0, input_dist=normal,spread=0.5,n=3")
+    assert (name, p["input"], p["input_dist"], p["n"]) == ("random", "0", "normal", "3")
 
 
 class _FastTokenizer:
