@@ -39,6 +39,7 @@ from typing import Any
 from cluster.app import INGRESS_DEPLOYMENT, REPLICA_DEPLOYMENT, ingress_replicas
 from cluster.config import FleetConfig
 from cluster.deploy.capacity import NodeFit, fill, fit, headroom
+from cluster.deploy.exposure import exposure_findings
 from cluster.deploy.findings import Finding
 from cluster.deploy.settings import NodeType
 from cluster.deploy.versions import RAY_IMAGE as RAY_IMAGE_PREFIX
@@ -146,6 +147,7 @@ def plan(cfg: FleetConfig, inst: Installed | None = None) -> Plan:
     findings: list[Finding] = []
     rows = [_replica_row(cfg, findings), _ingress_row(cfg)]
     findings += check_versions(cfg.cluster, inst or installed(), cfg.engine.type)
+    findings += exposure_findings(cfg)
     return Plan(tuple(rows), tuple(findings), tuple(_notes(cfg)))
 
 

@@ -51,6 +51,11 @@ def render_files(cfg: FleetConfig, target: str) -> dict[str, str]:
 
 
 def render(cfg: FleetConfig, target: str, out_dir: str | Path) -> list[Path]:
+    from cluster.deploy.exposure import render_refusal
+
+    refusal = render_refusal(cfg, target)
+    if refusal:
+        raise ValueError(refusal)
     out = Path(out_dir)
     written = []
     for rel, text in sorted(render_files(cfg, target).items()):
