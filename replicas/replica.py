@@ -64,6 +64,10 @@ class LLMReplica:
             await self._start(engine_spec, enable_metrics)
         except Exception as err:  # Serve retries; the fleet's readers learn why it failed
             await _report_start_failure(self.replica_id, err)
+            engine = getattr(self, "engine", None)  # built, maybe started: leave nothing
+            if engine is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(engine.shutdown(), 10.0)
             raise
 
     async def _start(self, engine_spec: dict[str, Any], enable_metrics: bool) -> None:
@@ -248,6 +252,8 @@ class LLMReplica:
     async def __del__(self) -> None:
         from replicas.status_registry import get_status_actor
 
+        if not hasattr(self, "_report_task"):  # its start failed (and cleaned up)
+            return
         self._report_task.cancel()
         if self._probe is not None:
             self._probe.cancel()
