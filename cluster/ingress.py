@@ -32,6 +32,7 @@ from cluster.http_limits import check_headers, read_body
 from cluster.openapi_spec import build_openapi
 from cluster.quota_sync import QuotaSync, mode_gauge
 from cluster.relay import Relay, RelaySettings, Started
+from cluster.request_checks import NOT_STORED
 from cluster.request_prep import (
     GENERATE_PATHS,
     Limits,
@@ -272,6 +273,20 @@ class OpenAIIngress:
     @app.post("/v1/responses")
     async def responses(self, request: Request) -> Response:
         return await self._forward(request, "/v1/responses")
+
+    # OpenAI's stored-response routes: answered here, clearly (FastAPI's 404 said only
+    # "Not Found"); request_checks.NOT_STORED says why
+    @app.api_route(
+        "/v1/responses/{response_id}", methods=["GET", "DELETE"], include_in_schema=False
+    )
+    @app.api_route(
+        "/v1/responses/{response_id}/{action}", methods=["GET", "POST"], include_in_schema=False
+    )
+    async def stored_response(self, request: Request, response_id: str) -> Response:
+        self._auth(request)
+        raise APIError(
+            404, f"response {response_id!r}: {NOT_STORED}", param="response_id", code="not_found"
+        )
 
     @app.post("/tokenize")
     async def tokenize(self, request: Request) -> Response:

@@ -22,6 +22,13 @@ Found by fuzzing (``tests/e2e/test_fuzz.py``) against vLLM 0.32:
 
 A check lives here only while the pinned vLLM misses it: each names the vLLM code it covers,
 so an upgrade can drop it once the fuzz test passes without it.
+
+One fleet rule lives here too, for ``/v1/responses``: llmfleet stores no responses (vLLM's
+store is one replica's memory, off by default, and a fleet would lose it with the replica),
+so ``previous_response_id`` and ``background`` are refused for what they are. Found by
+hand with the OpenAI SDK: ``previous_response_id`` of a response this server had just
+returned got 404 "Response with id … not found", and ``background`` a 400 naming vLLM's
+``VLLM_ENABLE_RESPONSES_API_STORE`` variable, which llmfleet's operators do not set.
 """
 
 from __future__ import annotations
@@ -105,9 +112,31 @@ def integers_fit_64_bits(body: dict[str, Any]) -> None:
                 raise _invalid(key, "must be an integer that fits in 64 bits")
 
 
+NOT_STORED = "this server stores no responses (each is answered once and forgotten)"
+
+
+def responses_are_not_stored(body: dict[str, Any]) -> None:
+    if body.get("previous_response_id") is not None:
+        raise APIError(
+            400,
+            f"previous_response_id: {NOT_STORED}; send the earlier turns in `input` instead",
+            param="previous_response_id",
+            code="invalid_value",
+        )
+    if body.get("background") not in (None, False):
+        raise APIError(
+            400,
+            f"background: {NOT_STORED}, so a response cannot run in the background; "
+            "stream it instead",
+            param="background",
+            code="invalid_value",
+        )
+
+
 CHECKS: dict[str, tuple[Callable[[dict[str, Any]], None], ...]] = {
     CHAT: (structured_outputs_is_object, message_tool_calls_are_arrays, integers_fit_64_bits),
     COMPLETIONS: (structured_outputs_is_object, integers_fit_64_bits),
+    "/v1/responses": (responses_are_not_stored,),
 }
 
 

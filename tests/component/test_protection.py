@@ -65,6 +65,8 @@ ROUTES = [
         {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
     ),
     ("POST", "/v1/responses", {"model": MODEL, "input": "hi"}),
+    ("GET", "/v1/responses/resp_1", None),
+    ("POST", "/v1/responses/resp_1/cancel", None),
     ("POST", "/tokenize", {"model": MODEL, "prompt": "hi"}),
     ("POST", "/detokenize", {"model": MODEL, "tokens": [1, 2]}),
 ]
@@ -101,6 +103,28 @@ def test_retrieve_model_and_head_health(guarded_app: None) -> None:
     assert err.value.code == "model_not_found"
     head = httpx.head(f"{TEST_URL}/health", timeout=30)
     assert (head.status_code, head.content) == (200, b"")
+
+
+def test_stored_responses_are_refused_for_what_they_are(guarded_app: None) -> None:
+    """Found by hand with the OpenAI SDK on vLLM: ``previous_response_id`` of a response the
+    server had just returned got 404 "Response with id … not found", ``background`` a 400
+    naming a vLLM environment variable, retrieve / delete / cancel FastAPI's bare "Not
+    Found". The fleet stores no responses, and each answer says so."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{TEST_URL}/v1", api_key=KEYS["user"], max_retries=0)
+    first = "resp_8e754f3b7d6cb812"  # (this fleet's null engine has no /v1/responses)
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.responses.create(model=MODEL, input="again", previous_response_id=first)
+    assert bad.value.body["param"] == "previous_response_id"  # type: ignore[index]
+    assert "stores no responses" in bad.value.message
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.responses.create(model=MODEL, input="hi", background=True)
+    assert bad.value.body["param"] == "background"  # type: ignore[index]
+    for call in (client.responses.retrieve, client.responses.delete, client.responses.cancel):
+        with pytest.raises(openai.NotFoundError) as missing:
+            call(first)
+        assert "stores no responses" in missing.value.message
 
 
 def test_requests_per_minute_quota(guarded_app: None) -> None:

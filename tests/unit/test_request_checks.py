@@ -148,3 +148,13 @@ def test_lax_int_reads_what_pydantic_reads(value: Any, read: int | None) -> None
             assert M(x=value).x == read
         except ValidationError:
             assert read is None
+
+
+def test_responses_that_need_a_store_are_refused() -> None:
+    check_body("/v1/responses", {"input": "hi", "previous_response_id": None, "store": True})
+    check_body("/v1/responses", {"input": "hi", "background": False})
+    for field, value in (("previous_response_id", "resp_1"), ("background", True)):
+        with pytest.raises(APIError) as err:
+            check_body("/v1/responses", {"input": "hi", field: value})
+        assert (err.value.status, err.value.param) == (400, field)
+        assert "stores no responses" in err.value.message
