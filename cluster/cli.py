@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +84,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     runtime.write_state(state)
     # ready: running (a signal asks the loop below to stop); hold: inside ray.init, which
     # cut short leaves Ray's agents running or crashes the shutdown (seen by hand)
-    stopping = {"flag": False, "ready": False, "hold": True}
+    # now: a second signal (or `down --now`): stop without letting requests finish
+    stopping = {"flag": False, "ready": False, "hold": True, "now": False}
 
     def _stop(_signum: int, _frame: Any) -> None:
         first = not stopping["flag"]
         stopping["flag"] = True
+        stopping["now"] = not first
         if first and not stopping["ready"] and not stopping["hold"]:
             raise KeyboardInterrupt  # Ctrl-C (or `down`) while starting: stop starting now
 
@@ -100,6 +103,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         node = state["gcs_address"].rsplit(":", 1)[0]  # the head node: Serve's controller
         state["metrics_url"] = f"http://{node}:{cfg.server.metrics_export_port}/metrics"
         state["min_replicas"] = cfg.autoscaling.min_replicas  # the floor `status` names
+        state["shutdown_timeout_s"] = cfg.server.shutdown_timeout_s  # `down` waits for it
         runtime.write_state(state)
         stopping["hold"] = False
         if stopping["flag"]:  # asked to stop during ray.init
@@ -132,6 +136,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         )
         while not stopping["flag"]:
             time.sleep(0.5)
+        _drain(cfg.server.shutdown_timeout_s, state, lambda: stopping["now"])
     except KeyboardInterrupt:
         print("llmfleet: interrupted while starting", file=sys.stderr, flush=True)
         rc = 130
@@ -147,6 +152,22 @@ def cmd_up(args: argparse.Namespace) -> int:
     return rc
 
 
+def _drain(timeout_s: float, state: dict[str, Any], now: Callable[[], bool]) -> None:
+    """Let the requests in flight finish (``runtime.drain``) before the fleet stops."""
+    from cluster import runtime
+
+    if timeout_s <= 0 or now():
+        return
+    runtime.write_state({**state, "starting": False, "stopping": True})
+    print(
+        f"llmfleet: stopping: requests in flight get up to {timeout_s:g} s to finish, new "
+        "ones are refused (Ctrl-C again, or `llmfleet down --now`, to stop now)",
+        flush=True,
+    )
+    if not runtime.drain(timeout_s, now):
+        print("llmfleet: requests still in flight are cut", file=sys.stderr, flush=True)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     import httpx
 
@@ -159,8 +180,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 1
     key = args.api_key or os.environ.get("LLMFLEET_API_KEY")
     headers = {"authorization": f"Bearer {key}"} if key else {}
-    if state.get("starting"):
-        print(f"llmfleet: starting (pid {state['pid']}, {state['url']})")
+    if state.get("starting") or state.get("stopping"):
+        what = "starting" if state.get("starting") else "stopping (requests in flight finish)"
+        print(f"llmfleet: {what} (pid {state['pid']}, {state['url']})")
         return 1
     try:
         r = httpx.get(f"{state['url']}/fleet/status", headers=headers, timeout=10.0)
@@ -231,7 +253,14 @@ def cmd_down(args: argparse.Namespace) -> int:
     if state and runtime.pid_alive(int(state["pid"])):
         pid = int(state["pid"])
         os.kill(pid, signal.SIGINT)
-        deadline = time.monotonic() + args.timeout
+        if args.now:  # a second signal: `up` stops without letting requests finish
+            time.sleep(0.2)
+            os.kill(pid, signal.SIGINT)
+        wait = args.timeout
+        if wait is None:  # the requests in flight get their time, the shutdown its own
+            wait = 0.0 if args.now else float(state.get("shutdown_timeout_s", 0.0))
+            wait += 60.0
+        deadline = time.monotonic() + wait
         while runtime.pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         if runtime.pid_alive(pid):
@@ -274,7 +303,18 @@ def _add_status(sub: Any) -> None:
 
 def _add_down(sub: Any) -> None:
     p = sub.add_parser("down", help="stop what `up` started (also after a crash)")
-    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds to wait for `up` to stop before killing it (default: the fleet's "
+        "server.shutdown_timeout_s + 60)",
+    )
+    p.add_argument(
+        "--now",
+        action="store_true",
+        help="do not let the requests in flight finish (server.shutdown_timeout_s)",
+    )
     p.set_defaults(func=cmd_down)
 
 

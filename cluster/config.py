@@ -213,6 +213,11 @@ class ServerConfig(_Strict):
         gt=0,
         description="Longest a request waits for a replica to take it; then 429 (503 with no healthy replica) with Retry-After, before any 200.",
     )
+    shutdown_timeout_s: float = Field(
+        30.0,
+        ge=0,
+        description="`llmfleet up` stopped (Ctrl-C, `llmfleet down`): the requests in flight get this long to finish before the fleet stops (new ones are refused at once); a second Ctrl-C, or `llmfleet down --now`, stops at once.",
+    )
     cold_start_timeout_s: float = Field(
         120.0,
         gt=0,

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +273,32 @@ def wait_ready(url: str, timeout_s: float = 300.0) -> None:
             last = repr(err)
         time.sleep(0.5)
     raise TimeoutError(f"{url} not ready after {timeout_s:.0f} s ({last})")
+
+
+def drain(timeout_s: float, now: Callable[[], bool]) -> bool:
+    """Delete the app while its requests finish: Serve stops routing to its replicas and
+    each waits for its requests (``graceful_shutdown_timeout_s``); the proxy refuses new
+    ones (404). At most ``timeout_s``, less when ``now()`` turns true; True if it finished.
+    Found by hand: ``llmfleet down`` cut 4 running streams mid-answer (Serve's shutdown
+    stops the proxy that holds their connections); drained, all 4 ended with ``[DONE]``."""
+    import threading
+
+    from ray import serve
+
+    from cluster.app import APP_NAME
+
+    done = threading.Event()
+
+    def delete() -> None:
+        with contextlib.suppress(Exception):  # cut short by the shutdown after a timeout
+            serve.delete(APP_NAME, _blocking=True)
+        done.set()
+
+    threading.Thread(target=delete, name="llmfleet-drain", daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    while not done.is_set() and time.monotonic() < deadline and not now():
+        done.wait(0.2)
+    return done.is_set()
 
 
 def stop() -> None:

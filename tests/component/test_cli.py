@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -149,9 +150,15 @@ def test_up_status_down(tmp_path: Path, env: dict[str, str]) -> None:
         assert st.returncode == 0, st.stdout + st.stderr
         assert "LLMReplica" in st.stdout, st.stdout
         assert len(rows) == 2, st.stdout
-        down = run(["down"], env)
+        with ThreadPoolExecutor(2) as pool:  # streams that are running when `down` comes
+            streams = [pool.submit(_long_stream, PORT) for _ in range(2)]
+            time.sleep(1.5)
+            down = run(["down"], env)
+            ended = [s.result(timeout=60) for s in streams]
         assert down.returncode == 0
         assert "stopped" in down.stdout
+        # found by hand: `down` cut running streams mid-answer; now they finish (drained)
+        assert ended == [(600, True)] * 2, ended
         proc.wait(timeout=60)
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{PORT}/health", timeout=3)
@@ -159,6 +166,32 @@ def test_up_status_down(tmp_path: Path, env: dict[str, str]) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _long_stream(port: int) -> tuple[int, bool]:
+    """Stream 600 tokens (a few seconds of the sim engine at speed 5): (tokens, [DONE] seen)."""
+    body = {
+        "model": "smollm2-135m-instruct",
+        "prompt": "hello",
+        "max_tokens": 600,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    tokens, done = 0, False
+    try:
+        with httpx.stream(
+            "POST", f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=60
+        ) as r:
+            for line in r.iter_lines():
+                if line == "data: [DONE]":
+                    done = True
+                elif line.startswith("data: ") and '"usage": {' in line.replace('":{', '": {'):
+                    usage = json.loads(line[6:]).get("usage") or {}
+                    tokens = usage.get("completion_tokens", tokens)
+    except httpx.HTTPError:
+        pass
+    return tokens, done
 
 
 def test_status_on_a_fleet_with_keys_needs_an_admin_key(
