@@ -267,7 +267,10 @@ def deployment_version(*parts: Any) -> str:
 
 
 # Ray annotates serve.deployment(cls, ...) as returning a decorator; it returns a Deployment.
-def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
+def build_app(cfg: FleetConfig, *, enable_metrics: bool = True, draining: bool = False) -> Any:
+    """The Serve app. ``draining``: the ingress refuses new requests (503 ``shutting_down``)
+    while those in flight finish; only its user_config differs, so redeploying with it is an
+    in-place ``reconfigure`` (``runtime.drain``)."""
     model_dir = str(resolve_model(cfg.model.path))
     gpu = serves_on_gpu(cfg)
     block = engine_block_size(cfg, gpu)
@@ -313,6 +316,7 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True) -> Any:
         num_replicas=n_ingress,
         max_ongoing_requests=1000,
         ray_actor_options={"num_cpus": INGRESS_CPUS, **keys_runtime_env()},
+        user_config={"draining": draining},
     )
     # Serve 2.60 refuses `version` in options() but still reads the attribute serve.run uses
     # (a random string when unset): set it so a replica-count change is an in-place update.

@@ -136,7 +136,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         )
         while not stopping["flag"]:
             time.sleep(0.5)
-        _drain(cfg.server.shutdown_timeout_s, state, lambda: stopping["now"])
+        _drain(cfg, state, lambda: stopping["now"])
     except KeyboardInterrupt:
         print("llmfleet: interrupted while starting", file=sys.stderr, flush=True)
         rc = 130
@@ -152,10 +152,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     return rc
 
 
-def _drain(timeout_s: float, state: dict[str, Any], now: Callable[[], bool]) -> None:
+def _drain(cfg: FleetConfig, state: dict[str, Any], now: Callable[[], bool]) -> None:
     """Let the requests in flight finish (``runtime.drain``) before the fleet stops."""
     from cluster import runtime
 
+    timeout_s = cfg.server.shutdown_timeout_s
     if timeout_s <= 0 or now():
         return
     runtime.write_state({**state, "starting": False, "stopping": True})
@@ -164,7 +165,7 @@ def _drain(timeout_s: float, state: dict[str, Any], now: Callable[[], bool]) -> 
         "ones are refused (Ctrl-C again, or `llmfleet down --now`, to stop now)",
         flush=True,
     )
-    if not runtime.drain(timeout_s, now):
+    if not runtime.drain(cfg, timeout_s, now):
         print("llmfleet: requests still in flight are cut", file=sys.stderr, flush=True)
 
 

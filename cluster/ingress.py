@@ -80,6 +80,16 @@ async def _internal(_: Request, _err: Exception) -> JSONResponse:
     )
 
 
+def shutting_down() -> APIError:
+    return APIError(
+        503,
+        "the server is shutting down; retry later",
+        type="service_unavailable",
+        code="shutting_down",
+        headers={"retry-after": "1"},
+    )
+
+
 def health_verdict(rows: list[dict[str, Any]], now: float) -> tuple[int, dict[str, Any]]:
     """200 if any replica's engine reported healthy within ``HEALTH_FRESH_S``, else 503."""
     healthy = [
@@ -138,6 +148,8 @@ def _replica_rank() -> int:
 class OpenAIIngress:
     def __init__(self, replicas: Any, settings: dict[str, Any]) -> None:
         from cluster.light_tokenizer import load_tokenizer
+
+        self.draining = False  # the fleet is stopping (``reconfigure``)
 
         self.limits = Limits(**settings["limits"])
         self.max_body = int(settings.get("max_body_bytes", 8 << 20))
@@ -220,8 +232,14 @@ class OpenAIIngress:
     # HEAD too: load balancers' health checks may use it
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health(self) -> Response:
+        if self.draining:
+            return error_response(shutting_down())
         status, body = health_verdict(await fleet_snapshot(timeout_s=2.0), time.time())
         return JSONResponse(body, status_code=status)
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """Serve's user_config: ``draining`` (``app.build_app``)."""
+        self.draining = bool(config.get("draining", False))
 
     @app.get("/fleet/status")
     async def status(self, request: Request) -> dict[str, Any]:
@@ -316,6 +334,8 @@ class OpenAIIngress:
 
     async def _relay(self, request: Request, path: str, rec: EdgeRecord | None) -> Response:
         key = self._auth(request)
+        if self.draining:  # the fleet is stopping: the requests in flight finish, no new ones
+            raise shutting_down()
         self.relay.check_room()  # shed before reading or tokenizing anything
         raw = await read_body(request, self.max_body, self.body_timeout_s)
         prep = await asyncio.to_thread(prepare, path, raw, self.tokenizer, self.limits)

@@ -199,6 +199,10 @@ def deploy(cfg: FleetConfig, *, enable_metrics: bool = True) -> str:
     return f"http://{cfg.server.host}:{cfg.server.port}"
 
 
+log = logging.getLogger("llmfleet.runtime")
+DRAIN_QUIET_S = 1.5  # no request in any engine for this long (reports come every second)
+
+
 def start_failures() -> list[dict[str, Any]]:
     """The status actor's record of replicas that failed to start (none if it is gone)."""
     import ray
@@ -275,30 +279,43 @@ def wait_ready(url: str, timeout_s: float = 300.0) -> None:
     raise TimeoutError(f"{url} not ready after {timeout_s:.0f} s ({last})")
 
 
-def drain(timeout_s: float, now: Callable[[], bool]) -> bool:
-    """Delete the app while its requests finish: Serve stops routing to its replicas and
-    each waits for its requests (``graceful_shutdown_timeout_s``); the proxy refuses new
-    ones (404). At most ``timeout_s``, less when ``now()`` turns true; True if it finished.
-    Found by hand: ``llmfleet down`` cut 4 running streams mid-answer (Serve's shutdown
-    stops the proxy that holds their connections); drained, all 4 ended with ``[DONE]``."""
-    import threading
-
+def drain(cfg: FleetConfig, timeout_s: float, now: Callable[[], bool]) -> bool:
+    """Let the requests in flight finish before the fleet stops: the app is redeployed with
+    its ingress draining (an in-place ``reconfigure``: new requests get 503 ``shutting_down``
+    at once), then the replicas' reports are watched until no engine holds a request for
+    ``DRAIN_QUIET_S``. At most ``timeout_s``, less when ``now()`` turns true; True if all
+    finished. Found by hand: ``llmfleet down`` cut 4 running streams mid-answer (Serve's
+    shutdown stops the proxy that holds their connections); drained, all 4 end ``[DONE]``.
+    A request still queued at an ingress for a slot is not counted until a replica takes it.
+    """
+    import ray
     from ray import serve
 
-    from cluster.app import APP_NAME
+    from cluster.app import APP_NAME, build_app
+    from replicas.status_registry import get_status_actor
 
-    done = threading.Event()
-
-    def delete() -> None:
-        with contextlib.suppress(Exception):  # cut short by the shutdown after a timeout
-            serve.delete(APP_NAME, _blocking=True)
-        done.set()
-
-    threading.Thread(target=delete, name="llmfleet-drain", daemon=True).start()
     deadline = time.monotonic() + timeout_s
-    while not done.is_set() and time.monotonic() < deadline and not now():
-        done.wait(0.2)
-    return done.is_set()
+    try:
+        serve.run(build_app(cfg, draining=True), name=APP_NAME, route_prefix="/", blocking=False)
+        actor = get_status_actor()
+    except Exception as err:  # the fleet is going anyway: stop as before
+        log.warning("could not drain the fleet: %r", err)
+        return False
+    quiet_since: float | None = None
+    while time.monotonic() < deadline and not now():
+        try:
+            rows = ray.get(actor.snapshot.remote(), timeout=5) if actor is not None else []
+        except Exception:
+            rows = []
+        fresh = [r for r in rows if time.time() - r.get("reported_at", 0.0) < 3.0]
+        if sum(float(r.get("ongoing", 0.0)) for r in fresh) > 0:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= DRAIN_QUIET_S:
+            return True
+        time.sleep(0.25)
+    return False
 
 
 def stop() -> None:

@@ -150,15 +150,24 @@ def test_up_status_down(tmp_path: Path, env: dict[str, str]) -> None:
         assert st.returncode == 0, st.stdout + st.stderr
         assert "LLMReplica" in st.stdout, st.stdout
         assert len(rows) == 2, st.stdout
-        with ThreadPoolExecutor(2) as pool:  # streams that are running when `down` comes
+        with ThreadPoolExecutor(3) as pool:  # streams that are running when `down` comes
             streams = [pool.submit(_long_stream, PORT) for _ in range(2)]
             time.sleep(1.5)
-            down = run(["down"], env)
+            stopping = pool.submit(run, ["down"], env)
+            time.sleep(2.0)  # draining: a new request is refused at once, OpenAI-shaped
+            late = httpx.post(
+                f"http://127.0.0.1:{PORT}/v1/completions",
+                timeout=10,
+                json={"model": "smollm2-135m-instruct", "prompt": "hi", "max_tokens": 3},
+            )
             ended = [s.result(timeout=60) for s in streams]
+            down = stopping.result(timeout=120)
         assert down.returncode == 0
         assert "stopped" in down.stdout
         # found by hand: `down` cut running streams mid-answer; now they finish (drained)
         assert ended == [(600, True)] * 2, ended
+        assert late.status_code == 503, late.text
+        assert late.json()["error"]["code"] == "shutting_down"
         proc.wait(timeout=60)
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{PORT}/health", timeout=3)
