@@ -270,7 +270,7 @@ def deployment_version(*parts: Any) -> str:
 def build_app(cfg: FleetConfig, *, enable_metrics: bool = True, draining: bool = False) -> Any:
     """The Serve app. ``draining``: the ingress refuses new requests (503 ``shutting_down``)
     while those in flight finish; only its user_config differs, so redeploying with it is an
-    in-place ``reconfigure`` (``runtime.drain``)."""
+    in-place ``reconfigure`` (``lifecycle.drain``)."""
     model_dir = str(resolve_model(cfg.model.path))
     gpu = serves_on_gpu(cfg)
     block = engine_block_size(cfg, gpu)

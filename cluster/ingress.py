@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException
 from cluster.breaker import CircuitBreaker
 from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage, ends_stream
 from cluster.guard import Guard, Pass
+from cluster.health import fleet_health, health_verdict, shutting_down
 from cluster.http_limits import check_headers, read_body
 from cluster.openapi_spec import build_openapi
 from cluster.quota_sync import QuotaSync, mode_gauge
@@ -47,7 +48,6 @@ from router.admission import ledger_for
 
 log = logging.getLogger("llmfleet.ingress")
 app = FastAPI(title="llmfleet", docs_url=None, redoc_url=None, openapi_url=None)
-HEALTH_FRESH_S = 10.0
 REPLICA_HEADER = "x-llmfleet-replica"
 FORWARDED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/tokenize", "/detokenize")
 
@@ -78,45 +78,6 @@ async def _internal(_: Request, _err: Exception) -> JSONResponse:
     return error_response(
         APIError(500, "internal server error", type="server_error", code="internal_error")
     )
-
-
-def shutting_down() -> APIError:
-    return APIError(
-        503,
-        "the server is shutting down; retry later",
-        type="service_unavailable",
-        code="shutting_down",
-        headers={"retry-after": "1"},
-    )
-
-
-def health_verdict(rows: list[dict[str, Any]], now: float) -> tuple[int, dict[str, Any]]:
-    """200 if any replica's engine reported healthy within ``HEALTH_FRESH_S``, else 503."""
-    healthy = [
-        r for r in rows if r.get("healthy") and now - r.get("reported_at", 0.0) < HEALTH_FRESH_S
-    ]
-    if healthy:
-        return 200, {"status": "ok", "healthy_replicas": len(healthy)}
-    err = APIError(503, "no healthy replica", type="service_unavailable", code="no_healthy_replica")
-    return 503, err.body()
-
-
-def fleet_health(
-    rows: list[dict[str, Any]] | None, now: float, start_failures: list[Any] | None = None
-) -> str | None:
-    """``"healthy"``: a replica reported healthy within ``HEALTH_FRESH_S``; ``"unstartable"``:
-    none did, and replicas failed to start since one last started (waiting for a start that
-    keeps failing is pointless); ``"failing"``: replicas report, none healthy; ``"empty"``:
-    none reported lately (none started yet, or every one gone: a killed replica's last row
-    stays until it is stale); None: the status actor did not answer, so nothing is known."""
-    if rows is None:
-        return None
-    fresh = [r for r in rows if now - r.get("reported_at", 0.0) < HEALTH_FRESH_S]
-    if any(r.get("healthy") for r in fresh):
-        return "healthy"
-    if start_failures:
-        return "unstartable"
-    return "failing" if fresh else "empty"
 
 
 def _deployments() -> dict[str, Any]:

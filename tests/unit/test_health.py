@@ -1,4 +1,4 @@
-from cluster.ingress import HEALTH_FRESH_S, fleet_health, health_verdict
+from cluster.health import HEALTH_FRESH_S, fleet_health, health_verdict
 
 
 def test_no_replicas_is_503_openai_shaped() -> None:
