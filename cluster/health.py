@@ -1,7 +1,8 @@
 """The fleet's health as the ingress judges it, from the replicas' reports to the status
 actor: ``GET /health`` (``health_verdict``), the relay's wait for a replica
 (``fleet_health``: healthy, unstartable, failing, empty, or unknown) and the answer while the
-fleet is stopping (``shutting_down``)."""
+fleet is stopping (``shutting_down``); and Serve's own view of the deployments
+(``serve_deployments``)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,23 @@ def fleet_health(
     if start_failures:
         return "unstartable"
     return "failing" if fresh else "empty"
+
+
+def serve_deployments() -> dict[str, dict[str, Any]]:
+    """Each Serve deployment's status, message and replicas by state (none if Serve is
+    unreachable): ``/fleet/status`` shows them, ``up`` names the ones that failed."""
+    from ray import serve
+
+    try:
+        apps = serve.status().applications
+    except Exception:
+        return {}
+    return {
+        name: {
+            "status": str(getattr(dep.status, "value", dep.status)),
+            "message": str(dep.message or ""),
+            "replicas": {str(getattr(k, "value", k)): n for k, n in dep.replica_states.items()},
+        }
+        for app in apps.values()
+        for name, dep in app.deployments.items()
+    }

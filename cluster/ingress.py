@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException
 from cluster.breaker import CircuitBreaker
 from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage, ends_stream
 from cluster.guard import Guard, Pass
-from cluster.health import fleet_health, health_verdict, shutting_down
+from cluster.health import fleet_health, health_verdict, serve_deployments, shutting_down
 from cluster.http_limits import check_headers, read_body
 from cluster.openapi_spec import build_openapi
 from cluster.quota_sync import QuotaSync, mode_gauge
@@ -47,7 +47,11 @@ from replicas.status_registry import fleet_overview, fleet_snapshot
 from router.admission import ledger_for
 
 log = logging.getLogger("llmfleet.ingress")
-app = FastAPI(title="llmfleet", docs_url=None, redoc_url=None, openapi_url=None)
+# No redirect for a trailing slash: FastAPI's 307 has an empty body, and a client that follows
+# it re-sends the request; the 404 below names the route meant instead.
+app = FastAPI(
+    title="llmfleet", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False
+)
 REPLICA_HEADER = "x-llmfleet-replica"
 FORWARDED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/tokenize", "/detokenize")
 
@@ -65,11 +69,22 @@ async def _api_error(_: Request, err: APIError) -> JSONResponse:
 
 
 @app.exception_handler(HTTPException)
-async def _http_error(_: Request, err: HTTPException) -> JSONResponse:
+async def _http_error(request: Request, err: HTTPException) -> JSONResponse:
     """FastAPI's own 404 / 405 (no such path, wrong method), OpenAI-shaped."""
     code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code)
     headers = dict(err.headers or {})
-    return error_response(APIError(err.status_code, str(err.detail), code=code, headers=headers))
+    message = str(err.detail)
+    path = request.url.path
+    if err.status_code == 404:
+        message = f"no route {request.method} {path}"
+        meant = path.rstrip("/")
+        if meant != path and meant in _route_paths():
+            message += f": did you mean {meant} (no trailing slash)?"
+    return error_response(APIError(err.status_code, message, code=code, headers=headers))
+
+
+def _route_paths() -> set[str]:
+    return {p for r in app.routes if isinstance(p := getattr(r, "path", None), str)}
 
 
 @app.exception_handler(Exception)
@@ -81,19 +96,10 @@ async def _internal(_: Request, _err: Exception) -> JSONResponse:
 
 
 def _deployments() -> dict[str, Any]:
-    try:
-        apps = serve.status().applications
-    except Exception:
-        return {}
-    out: dict[str, Any] = {}
-    for app_status in apps.values():
-        for name, dep in app_status.deployments.items():
-            states = {str(getattr(k, "value", k)): n for k, n in dep.replica_states.items()}
-            out[name] = {
-                "status": str(getattr(dep.status, "value", dep.status)),
-                "replicas": states,
-            }
-    return out
+    return {
+        name: {"status": dep["status"], "replicas": dep["replicas"]}
+        for name, dep in serve_deployments().items()
+    }
 
 
 def _replica_rank() -> int:

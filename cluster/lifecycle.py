@@ -11,8 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from cluster.config import FleetConfig
+from cluster.health import serve_deployments
 
-log = logging.getLogger("llmfleet.runtime")
+log = logging.getLogger("llmfleet.lifecycle")
 DRAIN_QUIET_S = 1.5  # no request in any engine for this long (reports come every second)
 
 
@@ -31,17 +32,10 @@ def start_failures() -> list[dict[str, Any]]:
 
 def failed_deployments() -> dict[str, str]:
     """Serve's message for each deployment it gave up starting (DEPLOY_FAILED)."""
-    from ray import serve
-
-    try:
-        apps = serve.status().applications
-    except Exception:
-        return {}
     return {
-        name: str(dep.message)
-        for app in apps.values()
-        for name, dep in app.deployments.items()
-        if str(getattr(dep.status, "value", dep.status)) == "DEPLOY_FAILED"
+        name: dep["message"]
+        for name, dep in serve_deployments().items()
+        if dep["status"] == "DEPLOY_FAILED"
     }
 
 
