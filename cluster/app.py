@@ -302,6 +302,7 @@ def build_app(cfg: FleetConfig, *, enable_metrics: bool = True, draining: bool =
         "max_body_bytes": srv.max_body_bytes,
         "body_timeout_s": srv.body_timeout_s,
         "max_header_bytes": srv.max_header_bytes,
+        "cors_allowed_origins": list(srv.cors_allowed_origins),
         "api_keys_file": srv.api_keys_file,
         "quota_share": 1.0 / n_ingress,
         "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s},

@@ -191,6 +191,10 @@ class ServerConfig(_Strict):
         None,
         description="Key file (hashes only; `llmfleet keys add` writes it); reloaded when it changes. The env LLMFLEET_API_KEYS may hold the same content. No keys: the API is open and only a loopback host is allowed.",
     )
+    cors_allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Browser origins that may call the API (CORS), e.g. ['https://chat.example.com'], or ['*'] for any. Empty: no CORS answers, so browser apps on other origins are refused (vLLM's own server allows any origin).",
+    )
     allow_unauthenticated: bool = Field(
         False,
         description="Allow binding a non-loopback host with no API keys configured (anyone who reaches the port can use the fleet).",
@@ -232,6 +236,20 @@ class ServerConfig(_Strict):
         True,
         description="Serve's handles stream over gRPC instead of one Ray object per streamed item, and user code runs on each replica's main event loop: 2.4x the tokens/s at the serving ceiling (docs/results/ceiling.md). Each replica's internal gRPC port listens on all interfaces, as Ray's own ports do.",
     )
+
+    @field_validator("cors_allowed_origins")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        """A browser's Origin is scheme://host[:port]: one with a path or a trailing slash
+        would never match, and CORS would silently stay off for it."""
+        import re
+
+        for origin in v:
+            if origin != "*" and not re.fullmatch(r"https?://[^/\s?#]+", origin):
+                raise ValueError(
+                    f"{origin!r} is not an origin: write scheme://host[:port], with no path or trailing slash (e.g. 'https://chat.example.com'), or '*' for any"
+                )
+        return v
 
 
 class SLOConfig(_Strict):

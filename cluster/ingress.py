@@ -26,6 +26,7 @@ from ray import serve
 from starlette.exceptions import HTTPException
 
 from cluster.breaker import CircuitBreaker
+from cluster.cors import CORSGate, CORSOrigins
 from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage, ends_stream
 from cluster.guard import Guard, Pass
 from cluster.health import fleet_health, health_verdict, serve_deployments, shutting_down
@@ -52,6 +53,8 @@ log = logging.getLogger("llmfleet.ingress")
 app = FastAPI(
     title="llmfleet", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False
 )
+CORS = CORSOrigins()  # server.cors_allowed_origins, set by the ingress replica at start
+app.add_middleware(CORSGate, allowed=CORS)
 REPLICA_HEADER = "x-llmfleet-replica"
 FORWARDED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/tokenize", "/detokenize")
 
@@ -118,6 +121,7 @@ class OpenAIIngress:
 
         self.draining = False  # the fleet is stopping (``reconfigure``)
 
+        CORS.configure(settings.get("cors_allowed_origins", []))
         self.limits = Limits(**settings["limits"])
         self.max_body = int(settings.get("max_body_bytes", 8 << 20))
         self.body_timeout_s = float(settings.get("body_timeout_s", 60.0))

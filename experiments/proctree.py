@@ -50,7 +50,7 @@ _ROLES = (
     ("VLLM::Worker", "engine-worker"),
     ("raylet", "ray-system"),
     ("gcs_server", "ray-system"),
-    ("StatusActor", "status"),
+    ("FleetStatus", "status"),  # the status actor (replicas/status_registry.py)
     ("cluster.cli", "cli"),
     ("api_server", "api-server"),
     ("floor_server", "floor"),

@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.component]
 MODEL = "smollm2-135m-instruct"
 KEYS: dict[str, str] = {}
 BODY_TIMEOUT_S = 5.0  # the 8 MiB body of test_big_bodies... arrives in ~0.1 s
+APP_ORIGIN = "https://chat.example.com"  # a browser app allowed by server.cors_allowed_origins
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,10 @@ def guarded_app(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> 
     KEYS["rpm"] = add_key(path, "small", limits=KeyLimits(requests_per_min=3))
     KEYS["streams"] = add_key(path, "one", limits=KeyLimits(max_streams=1))
     KEYS["tpm"] = add_key(path, "few-tokens", limits=KeyLimits(tokens_per_min=100))
-    deploy_app(fleet_config(api_keys_file=str(path), body_timeout_s=BODY_TIMEOUT_S), timeout_s=180)
+    cfg = fleet_config(
+        api_keys_file=str(path), body_timeout_s=BODY_TIMEOUT_S, cors_allowed_origins=[APP_ORIGIN]
+    )
+    deploy_app(cfg, timeout_s=180)
     yield
     delete_app()
 
@@ -103,6 +107,35 @@ def test_retrieve_model_and_head_health(guarded_app: None) -> None:
     assert err.value.code == "model_not_found"
     head = httpx.head(f"{TEST_URL}/health", timeout=30)
     assert (head.status_code, head.content) == (200, b"")
+
+
+def test_a_browser_app_on_an_allowed_origin_can_call_and_read_refusals(
+    guarded_app: None,
+) -> None:
+    """Through Serve's proxy: the preflight a browser sends before a POST with a key is
+    answered, and the answers (a stream, a 401) carry the CORS headers, so the app can read
+    them; another origin gets none (tests/unit/test_cors.py: the headers it exposes)."""
+    origin = {"origin": APP_ORIGIN}
+    pre = httpx.options(
+        f"{TEST_URL}/v1/chat/completions",
+        headers={**origin, "access-control-request-method": "POST",
+                 "access-control-request-headers": "authorization,content-type"},
+        timeout=30,
+    )  # fmt: skip
+    assert pre.status_code == 200, pre.text
+    assert pre.headers["access-control-allow-origin"] == APP_ORIGIN
+    url = f"{TEST_URL}/v1/completions"
+    body = _completion(stream=True)
+    with httpx.stream("POST", url, json=body, headers={**origin, **_auth("user")}) as r:
+        assert r.status_code == 200
+        assert r.headers["access-control-allow-origin"] == APP_ORIGIN
+        assert list(r.iter_lines())[-2:] == ["data: [DONE]", ""]
+    denied = httpx.post(url, json=_completion(), headers={**origin, **_auth("wrong")})
+    assert denied.status_code == 401
+    assert denied.headers["access-control-allow-origin"] == APP_ORIGIN
+    other = httpx.post(url, json=_completion(), headers={"origin": "https://x.io", **_auth("user")})
+    assert other.status_code == 200
+    assert "access-control-allow-origin" not in other.headers
 
 
 def test_stored_responses_are_refused_for_what_they_are(guarded_app: None) -> None:
