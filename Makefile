@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 SRC := contracts replicas router autoscaler bench cluster experiments
 
-.PHONY: install install-prometheus model run test lint unit bench-overhead bench-fidelity bench-replicas bench-router bench-autoscale bench-batching bench-spec-decode bench-ceiling bench-chaos report-demo calibrate-sim clean
+.PHONY: install install-prometheus model run test lint unit bench-overhead bench-fidelity bench-replicas bench-router bench-autoscale bench-batching bench-spec-decode bench-ceiling bench-chaos bench-soak report-demo calibrate-sim clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -77,6 +77,9 @@ bench-ceiling: model
 
 bench-chaos: model
 	$(PY) -m experiments.chaos.chaos --out results/chaos.json
+
+bench-soak: model
+	$(PY) -m experiments.soak.soak --duration 600 --out results/soak.json
 
 report-demo: model install-prometheus
 	$(PY) -m experiments.observe.demo --out results/report $(ARGS)

@@ -1,0 +1,173 @@
+"""Memory under sustained load: does any process of a fleet keep growing?
+
+Starts ``llmfleet up`` on 127.0.0.1 (null engine, 2 engine replicas, so 2 ingress replicas
+sharing quotas; a key with per-minute and stream limits far above the load, so every quota
+path runs: admission, settlement, the per-request slot call). ``llmfleet bench`` then keeps
+``--concurrency`` requests in flight, each prompt unique (the prefix index only grows), for
+``--duration`` seconds. Every ``--every`` seconds the resident memory of each process in the
+fleet's tree is read from ``/proc`` and summed per role (proxy, ingress, replica, status
+actor, controller, GCS, raylet, the CLI).
+
+Per role it reports the RSS after the warm-up (the first fifth of the run), at the end, and
+the slope over the second half (least squares, MB per hour). A bounded process flattens:
+its second-half slope is small against its size. Found with it: Ray stored a task event for
+every status-actor call, so the GCS grew ~0.5 MB/s toward Ray's cap of 100,000 events
+(``replicas/status_registry.py`` turns them off). Writes JSON and a PNG (RSS per role over
+time). Bounded: the load stops at ``--duration`` and every request has a timeout.
+
+    .venv/bin/python -m experiments.soak.soak --duration 600 --out results/soak.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from cluster.keys import KeyLimits, add_key
+from experiments.proctree import role, snapshot
+from experiments.serverproc import start_llmfleet, stop, wait_http
+
+PORT = 18231
+ROLES = ("proxy", "ingress", "replica", "status", "controller", "gcs", "raylet", "cli")
+
+
+def rss_by_role(root: int) -> dict[str, float]:
+    """MB of resident memory per role in ``root``'s process tree (Ray's GCS and raylet
+    apart)."""
+    out: dict[str, float] = {}
+    for st, cmd in snapshot(root).values():
+        name = role(cmd)
+        if name == "ray-system":
+            name = "gcs" if "gcs_server" in cmd else "raylet"
+        out[name] = out.get(name, 0.0) + st.rss_bytes / 2**20
+    return out
+
+
+def slope_per_hour(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, MB) points, in MB per hour (0 with < 2 points)."""
+    if len(points) < 2:
+        return 0.0
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    if var == 0:
+        return 0.0
+    return sum((t - mt) * (v - mv) for t, v in points) / var * 3600.0
+
+
+def summarize(samples: list[dict[str, Any]], duration_s: float) -> dict[str, dict[str, float]]:
+    """Per role: RSS after warm-up and at the end, growth, second-half slope (MB/h)."""
+    warm_t, half_t = duration_s / 5, duration_s / 2
+    out: dict[str, dict[str, float]] = {}
+    for name in sorted({r for s in samples for r in s["rss_mb"]}):
+        pts = [(s["t"], s["rss_mb"][name]) for s in samples if name in s["rss_mb"]]
+        warm = [v for t, v in pts if t >= warm_t]
+        if not warm:
+            continue
+        out[name] = {
+            "after_warmup_mb": round(warm[0], 1),
+            "end_mb": round(pts[-1][1], 1),
+            "growth_mb": round(pts[-1][1] - warm[0], 1),
+            "second_half_mb_per_h": round(slope_per_hour([p for p in pts if p[0] >= half_t]), 1),
+        }
+    return out
+
+
+def fleet_yaml(keys: Path) -> str:
+    return (
+        f"server:\n  port: {PORT}\n  metrics_export_port: {PORT + 1}\n"
+        f"  api_keys_file: {keys}\n"
+        "replicas:\n  num_replicas: 2\n  num_cpus: 0.1\n"
+        "engine:\n  type: 'null'\n"
+    )
+
+
+def plot(samples: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for name in sorted({r for s in samples for r in s["rss_mb"]}):
+        pts = [(s["t"] / 60, s["rss_mb"][name]) for s in samples if name in s["rss_mb"]]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name)
+    ax.set_xlabel("minutes under load")
+    ax.set_ylabel("RSS (MB, summed per role)")
+    ax.set_title("llmfleet under sustained load: resident memory per process role")
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=float, default=600.0, help="seconds under load")
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--every", type=float, default=10.0, help="seconds between samples")
+    p.add_argument("--out", type=Path, default=Path("results/soak.json"))
+    args = p.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="llmfleet-soak-"))
+    keys = work / "keys.yaml"
+    key = add_key(
+        keys,
+        "soak",
+        limits=KeyLimits(requests_per_min=10**6, tokens_per_min=10**9, max_streams=256),
+    )
+    (work / "fleet.yaml").write_text(fleet_yaml(keys))
+    fleet = start_llmfleet(work / "fleet.yaml", work / "home", work / "up.log")
+    samples: list[dict[str, Any]] = []
+    try:
+        wait_http(f"http://127.0.0.1:{PORT}/health", fleet, timeout_s=300)
+        bench_out = work / "bench.json"
+        bench = subprocess.Popen(
+            [sys.executable, "-m", "cluster.cli", "bench", "--url", f"http://127.0.0.1:{PORT}",
+             "--api-key", key, "--dataset", "random:input=200,output=32",
+             "--concurrency", str(args.concurrency), "--num-requests", "10000000",
+             "--duration", str(args.duration), "--timeout", "60", "--no-progress",
+             "--out", str(bench_out)],
+            stdout=(work / "bench.log").open("w"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        t0 = time.monotonic()
+        while bench.poll() is None and time.monotonic() - t0 < args.duration + 120:
+            samples.append({"t": round(time.monotonic() - t0, 1), "rss_mb": rss_by_role(fleet.pid)})
+            time.sleep(args.every)
+        if bench.poll() is None:
+            bench.kill()
+        bench.wait(timeout=30)
+        served = json.loads(bench_out.read_text())["requests"] if bench_out.exists() else {}
+    finally:
+        stop(fleet)
+    roles = summarize(samples, args.duration)
+    result = {
+        "config": {"duration_s": args.duration, "concurrency": args.concurrency,
+                   "every_s": args.every, "engine": "null", "replicas": 2, "ingress_replicas": 2},
+        "requests": served,
+        "roles": roles,
+        "samples": samples,
+    }  # fmt: skip
+    args.out.write_text(json.dumps(result, indent=1))
+    plot(samples, args.out.with_suffix(".png"))
+    print(f"requests: {served}")
+    print(f"{'role':<22}{'after warm-up':>15}{'end':>10}{'growth':>10}{'2nd-half MB/h':>15}")
+    for name, r in roles.items():
+        print(
+            f"{name:<22}{r['after_warmup_mb']:>15.1f}{r['end_mb']:>10.1f}"
+            f"{r['growth_mb']:>10.1f}{r['second_half_mb_per_h']:>15.1f}"
+        )
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
