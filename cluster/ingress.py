@@ -78,7 +78,7 @@ async def _http_error(request: Request, err: HTTPException) -> JSONResponse:
     headers = dict(err.headers or {})
     message = str(err.detail)
     path = request.url.path
-    if err.status_code == 404:
+    if err.status_code == 404 and message == "Not Found":  # the router's: no such path
         message = f"no route {request.method} {path}"
         meant = path.rstrip("/")
         if meant != path and meant in _route_paths():
