@@ -2,7 +2,7 @@
 
     python -m experiments.chaos.overload [--ingress proxy|direct] [--rounds 3]
 
-The fleet of ``tests/component/test_protection.py``'s shedding test (2 simulated replicas,
+The fleet of ``tests/component/test_limits_and_shedding.py``'s shedding test (2 simulated replicas,
 ``max_ongoing_requests`` 4, ``max_queued_requests`` 8, one ``OpenAIIngress``), started in
 this process. Each round sends two bursts from one client, side by side:
 
@@ -32,7 +32,7 @@ from replicas.model_prep import DEFAULT_MODEL
 
 
 def fleet_config(ingress: str = "proxy", **server: Any) -> dict[str, Any]:
-    """The shedding test's fleet (``tests/component/test_protection.py`` deploys it too):
+    """The shedding test's fleet (``tests/component/guarded_fleet.py`` deploys it too):
     2 simulated replicas × 4 slots, 8 queued at the one ingress; ``server`` adds settings."""
     return {
         "engine": {"type": "sim", "sim": {"speed": 1.0}},
