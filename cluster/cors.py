@@ -58,7 +58,7 @@ class CORSGate:
         if not origins or scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self._inner[0] != origins:
+        if self._inner[0] is not origins:  # configure() sets a new tuple
             cors = CORSMiddleware(
                 self.app,
                 allow_origins=list(origins),

@@ -15,6 +15,7 @@ from cluster.health import serve_deployments
 
 log = logging.getLogger("llmfleet.lifecycle")
 DRAIN_QUIET_S = 1.5  # no request in any engine for this long (reports come every second)
+DRAIN_FRESH_S = 3.0  # a replica silent longer is gone (stopped or dead): its requests too
 
 
 def start_failures() -> list[dict[str, Any]]:
@@ -67,7 +68,7 @@ def drain(cfg: FleetConfig, timeout_s: float, now: Callable[[], bool]) -> bool:
             rows = ray.get(actor.snapshot.remote(), timeout=5) if actor is not None else []
         except Exception:
             rows = []
-        fresh = [r for r in rows if time.time() - r.get("reported_at", 0.0) < 3.0]
+        fresh = [r for r in rows if time.time() - r.get("reported_at", 0.0) < DRAIN_FRESH_S]
         if sum(float(r.get("ongoing", 0.0)) for r in fresh) > 0:
             quiet_since = None
         elif quiet_since is None:
