@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from ray import serve
 from starlette.exceptions import HTTPException
 
@@ -43,6 +43,7 @@ from cluster.request_prep import (
     prepare,
     resubmit,
 )
+from cluster.sse_response import SSEResponse
 from contracts.http import JSON, SSE, APIError
 from replicas.status_registry import fleet_overview, fleet_snapshot
 from router.admission import ledger_for
@@ -330,7 +331,7 @@ class OpenAIIngress:
             rec.accepted_at = started.accepted_at
             rec.status = started.head.status
         if started.head.media_type == SSE:
-            return StreamingResponse(
+            return SSEResponse(
                 self._stream(started, prep, grant, rec),
                 status_code=started.head.status,
                 media_type=SSE,

@@ -3,11 +3,13 @@ replicas. Shows shared-prefix requests converging on one replica and spreading u
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures as cf
 import random
 from collections.abc import Iterator
 
+import aiohttp
 import httpx
 import openai
 import pytest
@@ -91,3 +93,39 @@ def test_hot_prefix_spreads_when_saturated(sim_app: str) -> None:
         )
     assert len(replicas) >= 3, replicas
     assert max(replicas.values()) <= 32 * 0.6, replicas
+
+
+def test_a_client_that_stops_reading_at_done_keeps_its_connection(sim_app: str) -> None:
+    """The response ends with its [DONE] (cluster/sse_response.py): a client that stops
+    reading there, as the openai SDK and `llmfleet bench` do, finds the response complete
+    and reuses its connection. Before, the end came as a separate message through Serve's
+    proxy: the client had often closed the connection by then (a new one for the next
+    request), and the proxy logged each as a disconnect that cancelled the request."""
+
+    async def run() -> tuple[int, int]:
+        opened = 0
+
+        async def on_open(*_: object) -> None:
+            nonlocal opened
+            opened += 1
+
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_create_end.append(on_open)
+        done = 0
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=1), trace_configs=[trace]
+        ) as session:
+            for i in range(40):
+                body = {"model": sim_app, "prompt": f"keep-alive {i}", "max_tokens": 4,
+                        "stream": True, "ignore_eos": True}  # fmt: skip
+                async with session.post(f"{TEST_URL}/v1/completions", json=body) as resp:
+                    assert resp.status == 200
+                    async for line in resp.content:
+                        if line.strip() == b"data: [DONE]":
+                            done += 1
+                            break
+        return opened, done
+
+    opened, done = asyncio.run(run())
+    assert done == 40
+    assert opened <= 3, f"{opened} connections for 40 requests one after another"
