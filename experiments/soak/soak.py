@@ -1,12 +1,15 @@
 """Memory under sustained load: does any process of a fleet keep growing?
 
-Starts ``llmfleet up`` on 127.0.0.1 (null engine, 2 engine replicas, so 2 ingress replicas
-sharing quotas; a key with per-minute and stream limits far above the load, so every quota
+Starts ``llmfleet up`` on 127.0.0.1 (``--engine null`` or ``vllm``, 2 engine replicas, so
+2 ingress replicas sharing quotas, ``--ingress proxy`` or ``direct``; a key with per-minute and stream limits far above the load, so every quota
 path runs: admission, settlement, the per-request slot call). ``llmfleet bench`` then keeps
 ``--concurrency`` requests in flight, each prompt unique (the prefix index only grows), for
 ``--duration`` seconds. Every ``--every`` seconds the resident memory of each process in the
 fleet's tree is read from ``/proc`` and summed per role (proxy, ingress, replica, status
-actor, controller, GCS, raylet, the CLI).
+actor, controller, GCS, raylet, the CLI; vLLM's engine core and worker processes), and the
+size of Ray's log directory. ``--engine vllm-bare`` puts vLLM's own server under the same
+load instead: the reference for what the engine's processes do without llmfleet around
+them.
 
 Per role it reports the RSS after the warm-up (the first fifth of the run), at the end, and
 the slope over the second half (least squares, MB per hour). A bounded process flattens:
@@ -16,22 +19,27 @@ every status-actor call, so the GCS grew ~0.5 MB/s toward Ray's cap of 100,000 e
 time). Bounded: the load stops at ``--duration`` and every request has a timeout.
 
     .venv/bin/python -m experiments.soak.soak --duration 600 --out results/soak.json
+    .venv/bin/python -m experiments.soak.soak --engine vllm --concurrency 16 --duration 1200
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from subprocess import Popen
 from typing import Any
 
 from cluster.keys import KeyLimits, add_key
 from experiments.proctree import role, snapshot
-from experiments.serverproc import start_llmfleet, stop, wait_http
+from experiments.serverproc import start_llmfleet, start_vllm, stop, wait_http
+from replicas.model_prep import ensure_default_model
+from replicas.vllm_settings import VLLMSettings
 
 PORT = 18231
 ROLES = ("proxy", "ingress", "replica", "status", "controller", "gcs", "raylet", "cli")
@@ -80,33 +88,104 @@ def summarize(samples: list[dict[str, Any]], duration_s: float) -> dict[str, dic
     return out
 
 
-def fleet_yaml(keys: Path) -> str:
+def dir_mb(path: Path | None) -> float:
+    """MB of files under ``path`` (0 if it is unknown or gone)."""
+    if path is None or not path.is_dir():
+        return 0.0
+    total = 0
+    for f in path.rglob("*"):
+        with contextlib.suppress(OSError):  # rotated away meanwhile
+            total += f.stat().st_size if f.is_file() else 0
+    return total / 2**20
+
+
+def log_growth(samples: list[dict[str, Any]], served: dict[str, Any]) -> dict[str, float]:
+    """How fast Ray's log directory grows under this load: MB/h (least squares over the
+    run) and bytes per request served (Serve's access lines, ours, Ray's own)."""
+    pts = [(s["t"], s["logs_mb"]) for s in samples if "logs_mb" in s]
+    if not pts:
+        return {"end_mb": 0.0, "mb_per_h": 0.0, "bytes_per_request": 0.0}
+    n = int(served.get("completed") or 0)
+    grown = pts[-1][1] - pts[0][1]
+    return {
+        "end_mb": round(pts[-1][1], 2),
+        "mb_per_h": round(slope_per_hour(pts), 1),
+        "bytes_per_request": round(grown * 2**20 / n, 1) if n else 0.0,
+    }
+
+
+def fleet_yaml(keys: Path, engine: str = "null", ingress: str = "proxy") -> str:
+    """2 engine replicas (so 2 ingress replicas). The vLLM ones get 1 GiB of KV cache and
+    one OpenMP thread each, so both fit on 2 cores beside the rest of the fleet."""
+    engine_yaml = (
+        "engine:\n  type: 'null'\n"
+        if engine == "null"
+        else "engine:\n  type: vllm\n  vllm:\n    kv_cache_gib: 1\n    omp_threads: 1\n"
+    )
     return (
         f"server:\n  port: {PORT}\n  metrics_export_port: {PORT + 1}\n"
-        f"  api_keys_file: {keys}\n"
-        "replicas:\n  num_replicas: 2\n  num_cpus: 0.1\n"
-        "engine:\n  type: 'null'\n"
+        f"  api_keys_file: {keys}\n  ingress: {ingress}\n"
+        "replicas:\n  num_replicas: 2\n  num_cpus: 0.1\n" + engine_yaml
     )
 
 
-def plot(samples: list[dict[str, Any]], path: Path) -> None:
+def plot(samples: list[dict[str, Any]], path: Path, title: str = "") -> None:
+    """Left: RSS per role. Right: its change since the first sample, where a slow growth
+    shows beside processes ten times larger."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 5))
-    for name in sorted({r for s in samples for r in s["rss_mb"]}):
+    names = sorted({r for s in samples for r in s["rss_mb"]})
+    colors = [plt.get_cmap("tab20")(i) for i in range(20)]
+    fig, (ax, dx) = plt.subplots(1, 2, figsize=(13, 5))
+    for i, name in enumerate(names):
         pts = [(s["t"] / 60, s["rss_mb"][name]) for s in samples if name in s["rss_mb"]]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name)
-    ax.set_xlabel("minutes under load")
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        ax.plot(xs, ys, label=name, color=colors[i % len(colors)])
+        dx.plot(xs, [y - ys[0] for y in ys], label=name, color=colors[i % len(colors)])
     ax.set_ylabel("RSS (MB, summed per role)")
-    ax.set_title("llmfleet under sustained load: resident memory per process role")
-    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    ax.grid(alpha=0.3)
+    dx.set_ylabel("change since the first sample (MB)")
+    for a in (ax, dx):
+        a.set_xlabel("minutes under load")
+        a.grid(alpha=0.3)
+    dx.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    fig.suptitle(f"resident memory per process role under sustained load{title}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def start_target(engine: str, ingress: str, work: Path) -> tuple[Popen, str | None, Path | None]:
+    """The server under load, ready: its process, the API key to send, Ray's log directory.
+    ``vllm-bare`` is vLLM's own OpenAI server with the engine arguments of one of our
+    replicas (``replicas/vllm_settings.py``), no key: the reference for the engine's own
+    processes."""
+    if engine == "vllm-bare":
+        settings = VLLMSettings(model_path=str(ensure_default_model()), kv_cache_gib=1.0)
+        proc = start_vllm(settings, "smollm2-135m-instruct", PORT, work / "vllm.log", wait=False)
+        try:
+            wait_http(f"http://127.0.0.1:{PORT}/v1/models", proc, timeout_s=300)
+        except BaseException:
+            stop(proc)
+            raise
+        return proc, None, None
+    keys = work / "keys.yaml"
+    key = add_key(
+        keys,
+        "soak",
+        limits=KeyLimits(requests_per_min=10**6, tokens_per_min=10**9, max_streams=256),
+    )
+    (work / "fleet.yaml").write_text(fleet_yaml(keys, engine, ingress))
+    fleet = start_llmfleet(work / "fleet.yaml", work / "home", work / "up.log")
+    try:
+        wait_http(f"http://127.0.0.1:{PORT}/health", fleet, timeout_s=300)
+    except BaseException:
+        stop(fleet)
+        raise
+    state = json.loads((work / "home" / "state.json").read_text())
+    return fleet, key, Path(state["session_dir"]) / "logs" if state.get("session_dir") else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,25 +193,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=600.0, help="seconds under load")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--every", type=float, default=10.0, help="seconds between samples")
+    p.add_argument("--engine", choices=("null", "vllm", "vllm-bare"), default="null",
+                   help="vllm-bare: vLLM's own server alone (one engine), the reference")  # fmt: skip
+    p.add_argument("--ingress", choices=("proxy", "direct"), default="proxy",
+                   help="server.ingress: through Serve's proxy, or the ingress replicas serving the port")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("results/soak.json"))
     args = p.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="llmfleet-soak-"))
-    keys = work / "keys.yaml"
-    key = add_key(
-        keys,
-        "soak",
-        limits=KeyLimits(requests_per_min=10**6, tokens_per_min=10**9, max_streams=256),
-    )
-    (work / "fleet.yaml").write_text(fleet_yaml(keys))
-    fleet = start_llmfleet(work / "fleet.yaml", work / "home", work / "up.log")
+    fleet, key, logs = start_target(args.engine, args.ingress, work)
     samples: list[dict[str, Any]] = []
     try:
-        wait_http(f"http://127.0.0.1:{PORT}/health", fleet, timeout_s=300)
         bench_out = work / "bench.json"
         bench = subprocess.Popen(
             [sys.executable, "-m", "cluster.cli", "bench", "--url", f"http://127.0.0.1:{PORT}",
-             "--api-key", key, "--dataset", "random:input=200,output=32",
+             *(["--api-key", key] if key else []), "--dataset", "random:input=200,output=32",
              "--concurrency", str(args.concurrency), "--num-requests", "10000000",
              "--duration", str(args.duration), "--timeout", "60", "--no-progress",
              "--out", str(bench_out)],
@@ -140,7 +215,11 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         t0 = time.monotonic()
         while bench.poll() is None and time.monotonic() - t0 < args.duration + 120:
-            samples.append({"t": round(time.monotonic() - t0, 1), "rss_mb": rss_by_role(fleet.pid)})
+            samples.append({
+                "t": round(time.monotonic() - t0, 1),
+                "rss_mb": rss_by_role(fleet.pid),
+                "logs_mb": round(dir_mb(logs), 2),
+            })  # fmt: skip
             time.sleep(args.every)
         if bench.poll() is None:
             bench.kill()
@@ -149,15 +228,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop(fleet)
     roles = summarize(samples, args.duration)
+    logs_growth = log_growth(samples, served)
     result = {
         "config": {"duration_s": args.duration, "concurrency": args.concurrency,
-                   "every_s": args.every, "engine": "null", "replicas": 2, "ingress_replicas": 2},
+                   "every_s": args.every, "engine": args.engine,
+                   **({"replicas": 1} if args.engine == "vllm-bare" else
+                      {"ingress": args.ingress, "replicas": 2, "ingress_replicas": 2})},
         "requests": served,
         "roles": roles,
+        "ray_logs": logs_growth,
         "samples": samples,
     }  # fmt: skip
     args.out.write_text(json.dumps(result, indent=1))
-    plot(samples, args.out.with_suffix(".png"))
+    plot(samples, args.out.with_suffix(".png"), f" ({args.engine} engine)")
     print(f"requests: {served}")
     print(f"{'role':<22}{'after warm-up':>15}{'end':>10}{'growth':>10}{'2nd-half MB/h':>15}")
     for name, r in roles.items():
@@ -165,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:<22}{r['after_warmup_mb']:>15.1f}{r['end_mb']:>10.1f}"
             f"{r['growth_mb']:>10.1f}{r['second_half_mb_per_h']:>15.1f}"
         )
+    print(
+        f"Ray's logs: {logs_growth['end_mb']:.1f} MB at the end, "
+        f"{logs_growth['mb_per_h']:.0f} MB/h, {logs_growth['bytes_per_request']:.0f} bytes per request"
+    )
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0
 

@@ -1,11 +1,13 @@
 """The soak study's arithmetic (``experiments/soak/soak.py``): the second-half slope in MB
-per hour, and a role that grows is told from one that levels off."""
+per hour, a role that grows told from one that levels off, and the log directory's growth."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from experiments.soak.soak import slope_per_hour, summarize
+from experiments.soak.soak import dir_mb, log_growth, slope_per_hour, summarize
 
 
 def test_slope_per_hour() -> None:
@@ -25,3 +27,23 @@ def test_summary_tells_growth_from_a_plateau() -> None:
     assert s["leaky"]["growth_mb"] == pytest.approx(240.0)  # from t = 120 to 600
     assert s["flat"]["second_half_mb_per_h"] == 0.0
     assert s["flat"]["growth_mb"] == 0.0
+
+
+def test_log_growth_per_hour_and_per_request() -> None:
+    # 1 MB per minute over 10 minutes, 6,000 requests served
+    samples = [{"t": float(t), "rss_mb": {}, "logs_mb": 2.0 + t / 60} for t in range(0, 601, 30)]
+    g = log_growth(samples, {"completed": 6000})
+    assert g["mb_per_h"] == pytest.approx(60.0)
+    assert g["end_mb"] == pytest.approx(12.0)
+    assert g["bytes_per_request"] == pytest.approx(10 * 2**20 / 6000, rel=1e-3)
+    assert log_growth([], {"completed": 5})["bytes_per_request"] == 0.0
+    assert log_growth(samples, {})["bytes_per_request"] == 0.0
+
+
+def test_dir_mb(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.log").write_bytes(b"x" * 2**20)
+    (tmp_path / "y.log").write_bytes(b"y" * 2**19)
+    assert dir_mb(tmp_path) == pytest.approx(1.5)
+    assert dir_mb(tmp_path / "gone") == 0.0
+    assert dir_mb(None) == 0.0
