@@ -32,7 +32,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from subprocess import Popen
 from typing import Any
 
 from cluster.keys import KeyLimits, add_key
@@ -157,7 +156,9 @@ def plot(samples: list[dict[str, Any]], path: Path, title: str = "") -> None:
     plt.close(fig)
 
 
-def start_target(engine: str, ingress: str, work: Path) -> tuple[Popen, str | None, Path | None]:
+def start_target(
+    engine: str, ingress: str, work: Path
+) -> tuple[subprocess.Popen, str | None, Path | None]:
     """The server under load, ready: its process, the API key to send, Ray's log directory.
     ``vllm-bare`` is vLLM's own OpenAI server with the engine arguments of one of our
     replicas (``replicas/vllm_settings.py``), no key: the reference for the engine's own
