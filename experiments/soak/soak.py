@@ -9,7 +9,8 @@ fleet's tree is read from ``/proc`` and summed per role (proxy, ingress, replica
 actor, controller, GCS, raylet, the CLI; vLLM's engine core and worker processes), and the
 size of Ray's log directory. ``--engine vllm-bare`` puts vLLM's own server under the same
 load instead: the reference for what the engine's processes do without llmfleet around
-them.
+them (``--bare-engines 2``: two such servers on the same cores, each with its own
+``--concurrency`` clients, as the two engines of the fleet share them).
 
 Per role it reports the RSS after the warm-up (the first fifth of the run), at the end, and
 the slope over the second half (least squares, MB per hour). A bounded process flattens:
@@ -20,6 +21,7 @@ time). Bounded: the load stops at ``--duration`` and every request has a timeout
 
     .venv/bin/python -m experiments.soak.soak --duration 600 --out results/soak.json
     .venv/bin/python -m experiments.soak.soak --engine vllm --concurrency 16 --duration 1200
+    .venv/bin/python -m experiments.soak.soak --engine vllm-bare --bare-engines 2 --concurrency 8
 """
 
 from __future__ import annotations
@@ -156,22 +158,34 @@ def plot(samples: list[dict[str, Any]], path: Path, title: str = "") -> None:
     plt.close(fig)
 
 
-def start_target(
-    engine: str, ingress: str, work: Path
-) -> tuple[subprocess.Popen, str | None, Path | None]:
-    """The server under load, ready: its process, the API key to send, Ray's log directory.
-    ``vllm-bare`` is vLLM's own OpenAI server with the engine arguments of one of our
-    replicas (``replicas/vllm_settings.py``), no key: the reference for the engine's own
-    processes."""
-    if engine == "vllm-bare":
-        settings = VLLMSettings(model_path=str(ensure_default_model()), kv_cache_gib=1.0)
-        proc = start_vllm(settings, "smollm2-135m-instruct", PORT, work / "vllm.log", wait=False)
-        try:
-            wait_http(f"http://127.0.0.1:{PORT}/v1/models", proc, timeout_s=300)
-        except BaseException:
+def start_bare(n: int, work: Path) -> list[subprocess.Popen]:
+    """``n`` of vLLM's own OpenAI servers (ports ``PORT``, ``PORT + 10``, ...), each with the
+    engine arguments of one of our replicas (``replicas/vllm_settings.py``), no key, ready:
+    the reference for the engine's own processes."""
+    settings = VLLMSettings(model_path=str(ensure_default_model()), kv_cache_gib=1.0)
+    procs: list[subprocess.Popen] = []
+    try:
+        for i in range(n):
+            log = work / f"vllm-{i}.log"
+            procs.append(
+                start_vllm(settings, "smollm2-135m-instruct", PORT + 10 * i, log, wait=False)
+            )
+        for i, proc in enumerate(procs):
+            wait_http(f"http://127.0.0.1:{PORT + 10 * i}/v1/models", proc, timeout_s=300)
+    except BaseException:
+        for proc in procs:
             stop(proc)
-            raise
-        return proc, None, None
+        raise
+    return procs
+
+
+def start_target(
+    engine: str, ingress: str, work: Path, bare_engines: int = 1
+) -> tuple[list[subprocess.Popen], str | None, Path | None]:
+    """The servers under load, ready: their processes (one for a fleet), the API key to
+    send, Ray's log directory."""
+    if engine == "vllm-bare":
+        return start_bare(bare_engines, work), None, None
     keys = work / "keys.yaml"
     key = add_key(
         keys,
@@ -186,7 +200,35 @@ def start_target(
         stop(fleet)
         raise
     state = json.loads((work / "home" / "state.json").read_text())
-    return fleet, key, Path(state["session_dir"]) / "logs" if state.get("session_dir") else None
+    logs = Path(state["session_dir"]) / "logs" if state.get("session_dir") else None
+    return [fleet], key, logs
+
+
+def start_bench(url: str, key: str | None, args: argparse.Namespace, out: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "cluster.cli", "bench", "--url", url,
+         *(["--api-key", key] if key else []), "--dataset", "random:input=200,output=32",
+         "--concurrency", str(args.concurrency), "--num-requests", "10000000",
+         "--duration", str(args.duration), "--timeout", "60", "--no-progress",
+         "--out", str(out)],
+        stdout=out.with_suffix(".log").open("w"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def served_total(outs: list[Path]) -> dict[str, Any]:
+    """The benches' request counts, summed over the servers (one bench per server)."""
+    total: dict[str, Any] = {}
+    for out in outs:
+        if not out.exists():
+            continue
+        for k, v in json.loads(out.read_text())["requests"].items():
+            if isinstance(v, dict):  # errors by kind
+                merged = total.setdefault(k, {})
+                for kind, n in v.items():
+                    merged[kind] = merged.get(kind, 0) + n
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                total[k] = total.get(k, 0) + v
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,45 +237,52 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--every", type=float, default=10.0, help="seconds between samples")
     p.add_argument("--engine", choices=("null", "vllm", "vllm-bare"), default="null",
-                   help="vllm-bare: vLLM's own server alone (one engine), the reference")  # fmt: skip
+                   help="vllm-bare: vLLM's own server (no llmfleet), the reference")  # fmt: skip
+    p.add_argument("--bare-engines", type=int, default=1, choices=(1, 2),
+                   help="vllm-bare: servers on the same cores, each with --concurrency clients")  # fmt: skip
     p.add_argument("--ingress", choices=("proxy", "direct"), default="proxy",
                    help="server.ingress: through Serve's proxy, or the ingress replicas serving the port")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("results/soak.json"))
     args = p.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="llmfleet-soak-"))
-    fleet, key, logs = start_target(args.engine, args.ingress, work)
+    procs, key, logs = start_target(args.engine, args.ingress, work, args.bare_engines)
     samples: list[dict[str, Any]] = []
+    outs = [work / f"bench-{i}.json" for i in range(len(procs))]
     try:
-        bench_out = work / "bench.json"
-        bench = subprocess.Popen(
-            [sys.executable, "-m", "cluster.cli", "bench", "--url", f"http://127.0.0.1:{PORT}",
-             *(["--api-key", key] if key else []), "--dataset", "random:input=200,output=32",
-             "--concurrency", str(args.concurrency), "--num-requests", "10000000",
-             "--duration", str(args.duration), "--timeout", "60", "--no-progress",
-             "--out", str(bench_out)],
-            stdout=(work / "bench.log").open("w"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        # a fleet is one server (one bench); vllm-bare one bench per server
+        benches = [
+            start_bench(f"http://127.0.0.1:{PORT + 10 * i}", key, args, out)
+            for i, out in enumerate(outs)
+        ]
         t0 = time.monotonic()
-        while bench.poll() is None and time.monotonic() - t0 < args.duration + 120:
+        while (
+            any(b.poll() is None for b in benches) and time.monotonic() - t0 < args.duration + 120
+        ):
+            rss: dict[str, float] = {}
+            for proc in procs:
+                for name, mb in rss_by_role(proc.pid).items():
+                    rss[name] = rss.get(name, 0.0) + mb
             samples.append({
                 "t": round(time.monotonic() - t0, 1),
-                "rss_mb": rss_by_role(fleet.pid),
+                "rss_mb": rss,
                 "logs_mb": round(dir_mb(logs), 2),
             })  # fmt: skip
             time.sleep(args.every)
-        if bench.poll() is None:
-            bench.kill()
-        bench.wait(timeout=30)
-        served = json.loads(bench_out.read_text())["requests"] if bench_out.exists() else {}
+        for bench in benches:
+            if bench.poll() is None:
+                bench.kill()
+            bench.wait(timeout=30)
+        served = served_total(outs)
     finally:
-        stop(fleet)
+        for proc in procs:
+            stop(proc)
     roles = summarize(samples, args.duration)
     logs_growth = log_growth(samples, served)
     result = {
         "config": {"duration_s": args.duration, "concurrency": args.concurrency,
                    "every_s": args.every, "engine": args.engine,
-                   **({"replicas": 1} if args.engine == "vllm-bare" else
+                   **({"replicas": args.bare_engines} if args.engine == "vllm-bare" else
                       {"ingress": args.ingress, "replicas": 2, "ingress_replicas": 2})},
         "requests": served,
         "roles": roles,

@@ -1,5 +1,6 @@
 """The soak study's arithmetic (``experiments/soak/soak.py``): the second-half slope in MB
-per hour, a role that grows told from one that levels off, and the log directory's growth."""
+per hour, a role that grows told from one that levels off, the log directory's growth, and
+the request counts of several benches summed."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.soak.soak import dir_mb, log_growth, slope_per_hour, summarize
+from experiments.soak.soak import dir_mb, log_growth, served_total, slope_per_hour, summarize
 
 
 def test_slope_per_hour() -> None:
@@ -47,3 +48,15 @@ def test_dir_mb(tmp_path: Path) -> None:
     assert dir_mb(tmp_path) == pytest.approx(1.5)
     assert dir_mb(tmp_path / "gone") == 0.0
     assert dir_mb(None) == 0.0
+
+
+def test_served_total_sums_the_benches(tmp_path: Path) -> None:
+    # two bare servers, one bench each: counts add up, errors merge by kind
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text('{"requests": {"completed": 10, "failed": 1, "errors": {"timeout": 1}}}')
+    b.write_text(
+        '{"requests": {"completed": 7, "failed": 2, "errors": {"timeout": 1, "http_500": 1}}}'
+    )
+    total = served_total([a, b, tmp_path / "missing.json"])
+    assert total == {"completed": 17, "failed": 3, "errors": {"timeout": 2, "http_500": 1}}
+    assert served_total([]) == {}
