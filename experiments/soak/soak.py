@@ -10,7 +10,8 @@ actor, controller, GCS, raylet, the CLI; vLLM's engine core and worker processes
 size of Ray's log directory. ``--engine vllm-bare`` puts vLLM's own server under the same
 load instead: the reference for what the engine's processes do without llmfleet around
 them (``--bare-engines 2``: two such servers on the same cores, each with its own
-``--concurrency`` clients, as the two engines of the fleet share them).
+``--concurrency`` clients, as the two engines of the fleet share them). ``--rate R`` sends
+Poisson arrivals at R requests/s (per server) instead of a closed loop.
 
 Per role it reports the RSS after the warm-up (the first fifth of the run), at the end, and
 the slope over the second half (least squares, MB per hour). A bounded process flattens:
@@ -22,6 +23,7 @@ time). Bounded: the load stops at ``--duration`` and every request has a timeout
     .venv/bin/python -m experiments.soak.soak --duration 600 --out results/soak.json
     .venv/bin/python -m experiments.soak.soak --engine vllm --concurrency 16 --duration 1200
     .venv/bin/python -m experiments.soak.soak --engine vllm-bare --bare-engines 2 --concurrency 8
+    .venv/bin/python -m experiments.soak.soak --engine vllm-bare --rate 4 --duration 360
 """
 
 from __future__ import annotations
@@ -208,7 +210,8 @@ def start_bench(url: str, key: str | None, args: argparse.Namespace, out: Path) 
     return subprocess.Popen(
         [sys.executable, "-m", "cluster.cli", "bench", "--url", url,
          *(["--api-key", key] if key else []), "--dataset", "random:input=200,output=32",
-         "--concurrency", str(args.concurrency), "--num-requests", "10000000",
+         *(["--rate", str(args.rate)] if args.rate else ["--concurrency", str(args.concurrency)]),
+         "--num-requests", "10000000",
          "--duration", str(args.duration), "--timeout", "60", "--no-progress",
          "--out", str(out)],
         stdout=out.with_suffix(".log").open("w"), stderr=subprocess.STDOUT,
@@ -235,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=float, default=600.0, help="seconds under load")
     p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--rate", type=float, default=None,
+                   help="open loop instead: Poisson arrivals at this many requests/s (per server)")  # fmt: skip
     p.add_argument("--every", type=float, default=10.0, help="seconds between samples")
     p.add_argument("--engine", choices=("null", "vllm", "vllm-bare"), default="null",
                    help="vllm-bare: vLLM's own server (no llmfleet), the reference")  # fmt: skip
@@ -280,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     roles = summarize(samples, args.duration)
     logs_growth = log_growth(samples, served)
     result = {
-        "config": {"duration_s": args.duration, "concurrency": args.concurrency,
+        "config": {"duration_s": args.duration, "concurrency": args.concurrency, "rate": args.rate,
                    "every_s": args.every, "engine": args.engine,
                    **({"replicas": args.bare_engines} if args.engine == "vllm-bare" else
                       {"ingress": args.ingress, "replicas": 2, "ingress_replicas": 2})},
