@@ -118,6 +118,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 2
         if note:
             print(f"llmfleet: warning: {note}", file=sys.stderr, flush=True)
+        runtime.quiet_serve_driver_log()
+        print(f"llmfleet: Ray started; {starting_line(cfg)}", flush=True)
         try:
             state["url"] = runtime.deploy(cfg)
             runtime.wait_ready(state["url"], timeout_s=args.ready_timeout)
@@ -151,6 +153,16 @@ def cmd_up(args: argparse.Namespace) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_IGN)
     return rc
+
+
+def starting_line(cfg: FleetConfig) -> str:
+    """What ``up`` says while the replicas start (vLLM's take ~20-30 s to load a model)."""
+    a = cfg.autoscaling
+    n = a.min_replicas if a.enabled else cfg.replicas.num_replicas
+    what = f"{n} {cfg.engine.type} replica{'s' if n != 1 else ''}"
+    if a.enabled:
+        what += f" (autoscaling {a.min_replicas}-{a.max_replicas})"
+    return f"starting {what} of {cfg.model.served_name}; waiting until the fleet serves"
 
 
 def _drain(cfg: FleetConfig, state: dict[str, Any], now: Callable[[], bool]) -> None:

@@ -163,10 +163,20 @@ def check_capacity(cfg: FleetConfig, have: dict[str, float]) -> str | None:
     return None
 
 
+def _drop_token_auth_notice(record: logging.LogRecord) -> bool:
+    """Ray warns at every local start that token authentication is on, and how to turn it
+    off. llmfleet keeps it on by design (README, "Security and failure behaviour"), so ``up``
+    drops that one notice; Ray's warning that authentication is *off* still shows."""
+    return not record.getMessage().startswith("Token authentication is enabled")
+
+
 def start_ray(cfg: FleetConfig) -> str:
     import ray
 
     base_env()
+    auth_log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if _drop_token_auth_notice not in auth_log.filters:
+        auth_log.addFilter(_drop_token_auth_notice)
     loopback_node(cfg)
     os.environ.update(direct_ingress_env(cfg))
     os.environ.update(throughput_env(cfg))
@@ -183,6 +193,18 @@ def start_ray(cfg: FleetConfig) -> str:
     port = str(ctx.address_info["gcs_address"]).rsplit(":", 1)[1]
     os.environ["LLMFLEET_RAY_SESSION_DIR"] = str(ctx.address_info["session_dir"])
     return f"127.0.0.1:{port}"  # clients connect over loopback
+
+
+def quiet_serve_driver_log() -> None:
+    """Serve's INFO lines in ``up``'s own process go; its warnings and errors stay. Found by
+    hand: they said "New http_options/controller_options will not be applied" at every
+    start (they had been, by ``serve.start``), and "Application 'llmfleet' is ready" while
+    the fleet was stopping (the drain redeploys it). ``up`` prints its own progress."""
+    import logging
+
+    from ray.serve._private.constants import SERVE_LOGGER_NAME
+
+    logging.getLogger(SERVE_LOGGER_NAME).setLevel(logging.WARNING)
 
 
 def deploy(cfg: FleetConfig, *, enable_metrics: bool = True) -> str:
@@ -250,16 +272,44 @@ def wait_ready(url: str, timeout_s: float = 300.0) -> None:
     raise TimeoutError(f"{url} not ready after {timeout_s:.0f} s ({last})")
 
 
-def stop() -> None:
+def stop(timeout_s: float = 30.0) -> None:
     import ray
     from ray import serve
 
     if not ray.is_initialized():  # interrupted before Ray started (serve.shutdown would start it)
         return
     try:
-        serve.shutdown()
+        _stop_serve_controller(timeout_s)
+        serve.shutdown()  # forgets the client; a controller still there is stopped its way
     finally:
         ray.shutdown()
+
+
+def _stop_serve_controller(timeout_s: float) -> None:
+    """Ask Serve's controller to stop everything and itself, and wait until it is gone.
+    ``serve.shutdown`` alone waits on a controller call that ends only when the controller
+    kills itself, so Ray printed "Task ServeController.graceful_shutdown failed ... killed by
+    `ray.kill`" at every clean stop (found by hand). Asked without waiting, nothing of ours
+    is pending when it exits."""
+    import ray
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    def controller() -> Any:
+        try:
+            return ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        except ValueError:  # none (Serve never started, or already gone)
+            return None
+
+    handle = controller()
+    if handle is None:
+        return
+    try:
+        ray.get(handle.graceful_shutdown.remote(wait=False), timeout=10)
+    except Exception:  # unreachable or dying: serve.shutdown's own path takes over
+        return
+    deadline = time.monotonic() + timeout_s
+    while controller() is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def write_state(data: dict[str, Any]) -> None:

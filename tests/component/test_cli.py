@@ -120,6 +120,13 @@ def test_up_status_down(tmp_path: Path, env: dict[str, str]) -> None:
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{PORT}/health", timeout=3)
         assert run(["status"], env).stdout.strip() == "llmfleet: not running"
+        # found by hand: a clean stop printed Ray's "Task ServeController.graceful_shutdown
+        # failed", and Serve said "Application 'llmfleet' is ready" while it stopped
+        assert proc.stdout is not None
+        said = proc.stdout.read()
+        assert "llmfleet: shutting down" in said, said[-3000:]
+        assert "failed" not in said, said[-3000:]
+        assert "is ready at" not in said, said[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -136,7 +136,7 @@ def test_down_while_up_is_still_starting_stops_it(tmp_path: Path, env: dict[str,
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             lines.append(proc.stdout.readline())
-            if "Started Serve" in lines[-1]:
+            if "Ray started" in lines[-1]:
                 break
         else:
             raise AssertionError("".join(lines[-20:]))
