@@ -200,8 +200,6 @@ def quiet_serve_driver_log() -> None:
     hand: they said "New http_options/controller_options will not be applied" at every
     start (they had been, by ``serve.start``), and "Application 'llmfleet' is ready" while
     the fleet was stopping (the drain redeploys it). ``up`` prints its own progress."""
-    import logging
-
     from ray.serve._private.constants import SERVE_LOGGER_NAME
 
     logging.getLogger(SERVE_LOGGER_NAME).setLevel(logging.WARNING)
