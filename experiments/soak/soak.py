@@ -11,7 +11,9 @@ size of Ray's log directory. ``--engine vllm-bare`` puts vLLM's own server under
 load instead: the reference for what the engine's processes do without llmfleet around
 them (``--bare-engines 2``: two such servers on the same cores, each with its own
 ``--concurrency`` clients, as the two engines of the fleet share them). ``--rate R`` sends
-Poisson arrivals at R requests/s (per server) instead of a closed loop.
+Poisson arrivals at R requests/s (per server) instead of a closed loop. ``--classic`` runs
+the fleet with ``server.throughput_mode: false``. The client's per-request records (token
+arrival times, the replica) are left in the run's temporary directory (``bench-N.jsonl``).
 
 Per role it reports the RSS after the warm-up (the first fifth of the run), at the end, and
 the slope over the second half (least squares, MB per hour). A bounded process flattens:
@@ -117,7 +119,9 @@ def log_growth(samples: list[dict[str, Any]], served: dict[str, Any]) -> dict[st
     }
 
 
-def fleet_yaml(keys: Path, engine: str = "null", ingress: str = "proxy") -> str:
+def fleet_yaml(
+    keys: Path, engine: str = "null", ingress: str = "proxy", classic: bool = False
+) -> str:
     """2 engine replicas (so 2 ingress replicas). The vLLM ones get 1 GiB of KV cache and
     one OpenMP thread each, so both fit on 2 cores beside the rest of the fleet."""
     engine_yaml = (
@@ -128,7 +132,9 @@ def fleet_yaml(keys: Path, engine: str = "null", ingress: str = "proxy") -> str:
     return (
         f"server:\n  port: {PORT}\n  metrics_export_port: {PORT + 1}\n"
         f"  api_keys_file: {keys}\n  ingress: {ingress}\n"
-        "replicas:\n  num_replicas: 2\n  num_cpus: 0.1\n" + engine_yaml
+        + ("  throughput_mode: false\n" if classic else "")
+        + "replicas:\n  num_replicas: 2\n  num_cpus: 0.1\n"
+        + engine_yaml
     )
 
 
@@ -182,7 +188,7 @@ def start_bare(n: int, work: Path) -> list[subprocess.Popen]:
 
 
 def start_target(
-    engine: str, ingress: str, work: Path, bare_engines: int = 1
+    engine: str, ingress: str, work: Path, bare_engines: int = 1, classic: bool = False
 ) -> tuple[list[subprocess.Popen], str | None, Path | None]:
     """The servers under load, ready: their processes (one for a fleet), the API key to
     send, Ray's log directory."""
@@ -194,7 +200,7 @@ def start_target(
         "soak",
         limits=KeyLimits(requests_per_min=10**6, tokens_per_min=10**9, max_streams=256),
     )
-    (work / "fleet.yaml").write_text(fleet_yaml(keys, engine, ingress))
+    (work / "fleet.yaml").write_text(fleet_yaml(keys, engine, ingress, classic))
     fleet = start_llmfleet(work / "fleet.yaml", work / "home", work / "up.log")
     try:
         wait_http(f"http://127.0.0.1:{PORT}/health", fleet, timeout_s=300)
@@ -247,11 +253,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="vllm-bare: servers on the same cores, each with --concurrency clients")  # fmt: skip
     p.add_argument("--ingress", choices=("proxy", "direct"), default="proxy",
                    help="server.ingress: through Serve's proxy, or the ingress replicas serving the port")  # fmt: skip
+    p.add_argument("--classic", action="store_true",
+                   help="server.throughput_mode: false (Serve's default transport and threads)")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("results/soak.json"))
     args = p.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="llmfleet-soak-"))
-    procs, key, logs = start_target(args.engine, args.ingress, work, args.bare_engines)
+    procs, key, logs = start_target(
+        args.engine, args.ingress, work, args.bare_engines, args.classic
+    )
     samples: list[dict[str, Any]] = []
     outs = [work / f"bench-{i}.json" for i in range(len(procs))]
     try:
@@ -288,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         "config": {"duration_s": args.duration, "concurrency": args.concurrency, "rate": args.rate,
                    "every_s": args.every, "engine": args.engine,
                    **({"replicas": args.bare_engines} if args.engine == "vllm-bare" else
-                      {"ingress": args.ingress, "replicas": 2, "ingress_replicas": 2})},
+                      {"ingress": args.ingress, "classic": args.classic, "replicas": 2, "ingress_replicas": 2})},
         "requests": served,
         "roles": roles,
         "ray_logs": logs_growth,
@@ -307,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Ray's logs: {logs_growth['end_mb']:.1f} MB at the end, "
         f"{logs_growth['mb_per_h']:.0f} MB/h, {logs_growth['bytes_per_request']:.0f} bytes per request"
     )
-    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}; client records in {work}")
     return 0
 
 

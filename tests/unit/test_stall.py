@@ -3,6 +3,8 @@ over (stalled or dead engine) reports itself unhealthy."""
 
 from __future__ import annotations
 
+import asyncio
+
 from replicas.stall import StallWatch
 
 
@@ -29,10 +31,22 @@ def test_a_replica_that_failed_over_reports_itself_unhealthy() -> None:
     replica = object.__new__(LLMReplica)  # no Serve context: only what _stats reads
     replica.engine = NullEngine(step_s=0.01)
     replica._failed = None
-    assert from_wire(replica.record_routing_stats()).healthy
+    assert from_wire(asyncio.run(replica.record_routing_stats())).healthy
     replica._failed = "engine stalled: 2 requests unfinished and no step for 30 s"
     for read in (replica.record_routing_stats, replica.record_autoscaling_stats, replica.stats):
-        assert not from_wire(read()).healthy
+        assert not from_wire(asyncio.run(read())).healthy
+
+
+def test_serve_reads_the_stats_on_the_replicas_event_loop() -> None:
+    """Serve hands a replica's plain (sync) methods to a worker thread; the stats it polls
+    twice a second per replica must not cost a thread hop, nor block the loop when a new
+    worker thread is slow to start (a 4-s stall of every stream, seen under py-spy)."""
+    import inspect
+
+    from replicas.replica import LLMReplica
+
+    for name in ("record_routing_stats", "record_autoscaling_stats", "stats"):
+        assert inspect.iscoroutinefunction(getattr(LLMReplica, name)), name
 
 
 def test_an_idle_engine_that_stops_answering_fails_the_replica_over() -> None:
