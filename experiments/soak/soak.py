@@ -14,6 +14,8 @@ them (``--bare-engines 2``: two such servers on the same cores, each with its ow
 Poisson arrivals at R requests/s (per server) instead of a closed loop. ``--classic`` runs
 the fleet with ``server.throughput_mode: false``. The client's per-request records (token
 arrival times, the replica) are left in the run's temporary directory (``bench-N.jsonl``).
+Beside the load generator, ``wakeup.py`` measures how late a process outside the server
+wakes from 10-ms sleeps: the CPU stops a fleet caused other groups on 2 cores.
 
 Per role it reports the RSS after the warm-up (the first fifth of the run), at the end, and
 the slope over the second half (least squares, MB per hour). A bounded process flattens:
@@ -270,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
             start_bench(f"http://127.0.0.1:{PORT + 10 * i}", key, args, out)
             for i, out in enumerate(outs)
         ]
+        wakeup = subprocess.Popen(
+            [sys.executable, "-m", "experiments.soak.wakeup",
+             "--duration", str(args.duration), "--out", str(work / "wakeup.json")]
+        )  # fmt: skip
         t0 = time.monotonic()
         while (
             any(b.poll() is None for b in benches) and time.monotonic() - t0 < args.duration + 120
@@ -289,6 +295,13 @@ def main(argv: list[str] | None = None) -> int:
                 bench.kill()
             bench.wait(timeout=30)
         served = served_total(outs)
+        try:
+            wakeup.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # the benches ended early
+            wakeup.kill()
+            wakeup.wait(timeout=10)
+        woke = work / "wakeup.json"
+        late = json.loads(woke.read_text()) if woke.exists() else {}
     finally:
         for proc in procs:
             stop(proc)
@@ -300,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                    **({"replicas": args.bare_engines} if args.engine == "vllm-bare" else
                       {"ingress": args.ingress, "classic": args.classic, "replicas": 2, "ingress_replicas": 2})},
         "requests": served,
+        "wakeup_outside": late,
         "roles": roles,
         "ray_logs": logs_growth,
         "samples": samples,
@@ -307,6 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=1))
     plot(samples, args.out.with_suffix(".png"), f" ({args.engine} engine)")
     print(f"requests: {served}")
+    print(
+        f"a process outside the server, sleeping 10 ms in a loop, woke late by: "
+        f"P99 {late.get('p99_ms')} ms, worst {late.get('max_ms')} ms, "
+        f"{late.get('over_100ms')} times over 100 ms"
+    )
     print(f"{'role':<22}{'after warm-up':>15}{'end':>10}{'growth':>10}{'2nd-half MB/h':>15}")
     for name, r in roles.items():
         print(

@@ -1,6 +1,6 @@
 """The soak study's arithmetic (``experiments/soak/soak.py``): the second-half slope in MB
 per hour, a role that grows told from one that levels off, the log directory's growth, and
-the request counts of several benches summed."""
+the request counts of several benches summed, the wake-up probe's summary."""
 
 from __future__ import annotations
 
@@ -60,3 +60,24 @@ def test_served_total_sums_the_benches(tmp_path: Path) -> None:
     total = served_total([a, b, tmp_path / "missing.json"])
     assert total == {"completed": 17, "failed": 3, "errors": {"timeout": 2, "http_500": 1}}
     assert served_total([]) == {}
+
+
+def test_wakeup_summary_reports_the_tail_and_the_long_stops() -> None:
+    from experiments.soak.wakeup import summarize as wake
+
+    late = [0.0001] * 990 + [0.002] * 8 + [0.25, 3.4]
+    got = wake(late)
+    assert got["n"] == 1000
+    assert got["p50_ms"] == 0.1
+    assert got["p99_ms"] == 2.0
+    assert got["max_ms"] == 3400.0
+    assert got["over_100ms"] == 2
+    assert wake([]) == {"n": 0}
+
+
+def test_wakeup_measure_overruns_are_small_on_an_idle_loop() -> None:
+    from experiments.soak.wakeup import measure
+
+    late = measure(0.2)
+    assert 5 <= len(late) <= 21  # 10-ms sleeps in 0.2 s
+    assert all(x >= 0.0 for x in late)
