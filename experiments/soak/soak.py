@@ -266,16 +266,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     samples: list[dict[str, Any]] = []
     outs = [work / f"bench-{i}.json" for i in range(len(procs))]
+    clients: list[subprocess.Popen] = []  # ours to stop if the run fails midway
     try:
         # a fleet is one server (one bench); vllm-bare one bench per server
-        benches = [
-            start_bench(f"http://127.0.0.1:{PORT + 10 * i}", key, args, out)
-            for i, out in enumerate(outs)
-        ]
+        for i, out in enumerate(outs):
+            clients.append(start_bench(f"http://127.0.0.1:{PORT + 10 * i}", key, args, out))
+        benches = list(clients)
         wakeup = subprocess.Popen(
             [sys.executable, "-m", "experiments.soak.wakeup",
              "--duration", str(args.duration), "--out", str(work / "wakeup.json")]
         )  # fmt: skip
+        clients.append(wakeup)
         t0 = time.monotonic()
         while (
             any(b.poll() is None for b in benches) and time.monotonic() - t0 < args.duration + 120
@@ -303,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
         woke = work / "wakeup.json"
         late = json.loads(woke.read_text()) if woke.exists() else {}
     finally:
+        for client in clients:
+            if client.poll() is None:
+                client.kill()
+                client.wait(timeout=10)
         for proc in procs:
             stop(proc)
     roles = summarize(samples, args.duration)
