@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -108,6 +109,18 @@ class VLLMEngine:
         self.on_request_done: Callable[[RequestDone], None] | None = None
 
     async def start(self) -> None:
+        # Off the event loop: importing vLLM and its constructor (which waits until the engine
+        # core has loaded the model and sized the KV cache) block for 15-30 s, minutes on a
+        # busy CPU. On the loop they held the replica's destructor, so Serve could not stop a
+        # replica still starting: `llmfleet down` then took 31-49 s instead of 5 (found by a
+        # failed test). vLLM starts its output handler on the first request when built
+        # outside a loop.
+        self._llm = await asyncio.to_thread(self._build)
+        cache = self._llm.vllm_config.cache_config
+        self.block_size = int(cache.block_size)
+        self._kv_capacity_tokens = int((cache.num_gpu_blocks or 0) * cache.block_size)
+
+    def _build(self) -> Any:
         gpu = on_gpu()
         if not gpu:
             set_cpu_env(self.settings)
@@ -118,10 +131,7 @@ class VLLMEngine:
             from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
 
             loggers.append(RayPrometheusStatLogger)
-        self._llm = AsyncLLM.from_engine_args(engine_args(self.settings, gpu), stat_loggers=loggers)
-        cache = self._llm.vllm_config.cache_config
-        self.block_size = int(cache.block_size)
-        self._kv_capacity_tokens = int((cache.num_gpu_blocks or 0) * cache.block_size)
+        return AsyncLLM.from_engine_args(engine_args(self.settings, gpu), stat_loggers=loggers)
 
     @property
     def tokenizer(self) -> Any:
