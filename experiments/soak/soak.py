@@ -296,11 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                 bench.kill()
             bench.wait(timeout=30)
         served = served_total(outs)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):  # benches ended early: see finally
             wakeup.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # the benches ended early
-            wakeup.kill()
-            wakeup.wait(timeout=10)
         woke = work / "wakeup.json"
         late = json.loads(woke.read_text()) if woke.exists() else {}
     finally:
