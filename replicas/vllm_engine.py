@@ -112,8 +112,8 @@ class VLLMEngine:
         # Off the event loop: importing vLLM and its constructor (which waits until the engine
         # core has loaded the model and sized the KV cache) block for 15-30 s, minutes on a
         # busy CPU. On the loop they held the replica's destructor, so Serve could not stop a
-        # replica still starting: `llmfleet down` then took 31-49 s instead of 5 (found by a
-        # failed test). vLLM starts its output handler on the first request when built
+        # replica still starting: `llmfleet down` then took 17-61 s instead of 4 (found by a
+        # failed CI run). vLLM starts its output handler on the first request when built
         # outside a loop.
         self._llm = await asyncio.to_thread(self._build)
         cache = self._llm.vllm_config.cache_config
