@@ -64,6 +64,7 @@ bench-router: model
 
 bench-autoscale: model
 	$(PY) -m experiments.autoscaling.compare --mode all --out results/autoscale
+	$(PY) -m experiments.autoscaling.hindsight --out results/autoscale/hindsight-step.json
 
 bench-batching: install
 	$(PY) -m experiments.batching.batching --out-dir results

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaler.registry import make_policy
-from autoscaler.types import ScalingConfig
+from autoscaler.types import ScalingConfig, ScalingPolicy
 from bench.types import RequestRecord, RequestSpec
 from cluster.twin.spec import TwinSpec, build_twin
 from experiments.autoscaling.metrics import Sample
@@ -70,13 +70,16 @@ def run_sim(
     scaling: ScalingConfig,
     setup: SimSetup,
     tail_s: float = 0.0,
+    policy_obj: ScalingPolicy[Any] | None = None,
 ) -> PolicyRun:
+    """``policy_obj``: a ``ScalingPolicy`` to run instead of the registry's ``policy``
+    (a study's own rule; ``policy`` still names the twin's setup)."""
     from cluster.twin.results import build_result
 
     slo = {"ttft_ms": scaling.ttft_slo_s * 1000.0}
     sim = build_twin(twin_spec(setup, policy), slo)
     sim.config = replace(sim.config, tick_s=setup.tick_s)
-    recorder = LookBackRecorder(make_policy(policy), setup.look_back_s)
+    recorder = LookBackRecorder(policy_obj or make_policy(policy), setup.look_back_s)
     sim.scaler, sim.scaling, sim.scale_state = recorder, scaling, recorder.initial_state()
     arrivals = [float(s.arrival_s or 0.0) for s in specs]
     probe = []

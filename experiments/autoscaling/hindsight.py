@@ -1,0 +1,190 @@
+"""The cheapest two-level rule that knows a step workload's loads: what hindsight buys.
+
+``reach.py`` bounds attainment; this bounds cost. A step (``StepLoad``: a calm load, a
+high one, the calm one again) is the easiest trace to scale for if its loads are known,
+so the rule here is given them, with everything else a reactive policy has:
+
+    replicas = HIGH  from the first decision at which the arrival rate >= T
+             = LOW   once it has stayed under T for HOLD_S
+
+The arrival rate is an EWMA (time constant ``tau_s``) of the requests the engines counted
+(``ReplicaMetrics.arrived_requests``), read at each decision as our policy reads it; an
+up-move wakes the warm pool's sleepers first, as for every policy. LOW, HIGH, T and
+``tau_s`` come from a sweep on the trace itself (``GRID``), which no policy can do: the
+cheapest setting reaching the goal is what a policy that reacted perfectly to these two
+loads would cost. A policy that is not told them (ours must also cover a return of the
+high load, and bursts inside it) can approach that cost but not be expected to beat it.
+It is an estimate for this family of rules, not a proof for every rule.
+
+  python -m experiments.autoscaling.hindsight --out results/autoscale/hindsight-step.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from autoscaler.types import MetricsSnapshot, ScalingConfig
+
+HOLD_S = 20.0  # under T this long before going back to LOW (our policy's downscale_stable_s)
+GOAL_ATTAINMENT = 0.99
+GOAL_RATIO = 0.8
+STEP_REVERSALS = 2  # the goal's "no more reversals than one per load step": up, then down
+# LOW, HIGH (replicas), T (req/s), tau (s), warm pool; the step is 2 -> 8 -> 2 req/s
+GRID = {
+    "low": (2, 3, 4),
+    "high": (7, 8, 9),
+    "threshold": (4.0, 5.0),
+    "tau_s": (1.0, 2.0),
+    "pool": (1, 2, 4, 8),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TwoLevelState:
+    level: int
+    rate: float = 0.0  # arrivals, req/s (EWMA)
+    counted: float | None = None  # the engines' arrived_requests at the last decision
+    t: float | None = None
+    under_since: float | None = None
+
+
+@dataclass(slots=True)  # not frozen: ``ScalingPolicy.name`` is a plain attribute
+class TwoLevel:
+    low: int
+    high: int
+    threshold: float  # req/s
+    tau_s: float
+    hold_s: float = HOLD_S
+    name: str = "two-level"
+
+    def initial_state(self) -> TwoLevelState:
+        return TwoLevelState(self.low)
+
+    def decide(
+        self,
+        snapshot: MetricsSnapshot,
+        config: ScalingConfig,  # noqa: ARG002 (the protocol's signature; bounds are LOW/HIGH)
+        state: TwoLevelState,
+    ) -> tuple[int, TwoLevelState]:
+        counted = sum(m.arrived_requests for m in snapshot.replicas)
+        rate = state.rate
+        if state.counted is not None and state.t is not None and snapshot.now > state.t:
+            dt = snapshot.now - state.t
+            now_rate = max(0.0, counted - state.counted) / dt
+            rate += (1.0 - math.exp(-dt / self.tau_s)) * (now_rate - rate)
+        level, under = state.level, state.under_since
+        if rate >= self.threshold:
+            level, under = self.high, None
+        else:
+            under = snapshot.now if under is None else under
+            if snapshot.now - under >= self.hold_s:
+                level = self.low
+        return level, TwoLevelState(level, rate, counted, snapshot.now, under)
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    low: int
+    high: int
+    threshold: float
+    tau_s: float
+    pool: int
+
+
+def settings(grid: dict[str, tuple[Any, ...]] = GRID) -> list[Setting]:
+    keys = ("low", "high", "threshold", "tau_s", "pool")
+    return [Setting(*v) for v in itertools.product(*(grid[k] for k in keys)) if v[0] < v[1]]
+
+
+def run_one(s: Setting) -> dict[str, Any]:
+    """One setting on the step, as ``compare`` runs the step (setup, SLO, look-back), the
+    fleet starting at LOW (no cold start to pay for)."""
+    from experiments.autoscaling import sim
+    from experiments.autoscaling.compare import SIM_SETUPS, SLO_S, workload
+    from experiments.autoscaling.metrics import scorecard
+
+    specs, step = workload("sim", "step")
+    setup = replace(SIM_SETUPS["step"], min_replicas=s.low, warm_pool=s.pool)
+    scaling = ScalingConfig(min_replicas=s.low, max_replicas=setup.max_replicas, ttft_slo_s=SLO_S)
+    rule = TwoLevel(s.low, s.high, s.threshold, s.tau_s)
+    run = sim.run_sim(specs, "none", scaling, setup, policy_obj=rule)
+    row = scorecard(
+        run.summary, run.samples, end_s=run.end_s, step_t=step.step_up_s if step else None,
+        exact_replica_s=run.replica_s,
+    )  # fmt: skip
+    return {**asdict(s), **{k: row[k] for k in ("attainment", "replica_s", "reversals")}}
+
+
+def cheapest(
+    rows: Iterable[dict[str, Any]], attainment: float, reversals: int | None = None
+) -> dict[str, Any] | None:
+    ok = [
+        r for r in rows
+        if (r["attainment"] or 0.0) >= attainment and (reversals is None or r["reversals"] <= reversals)
+    ]  # fmt: skip
+    return min(ok, key=lambda r: r["replica_s"], default=None)
+
+
+def summary(rows: list[dict[str, Any]], static_replica_s: float) -> list[str]:
+    """Per pool size: the cheapest setting reaching the goal's attainment, as a ratio to the
+    fixed fleet, with any number of reversals and with at most the goal's."""
+    out = []
+    for pool in sorted({r["pool"] for r in rows}):
+        mine = [r for r in rows if r["pool"] == pool]
+        for cap, label in (
+            (None, "any reversals"),
+            (STEP_REVERSALS, f"<= {STEP_REVERSALS} reversals"),
+        ):
+            best = cheapest(mine, GOAL_ATTAINMENT, cap)
+            head = f"pool {pool}, {label}:"
+            if best is None:
+                out.append(f"{head} no setting reaches {100 * GOAL_ATTAINMENT:.0f} %")
+                continue
+            ratio = best["replica_s"] / static_replica_s
+            out.append(
+                f"{head} {100 * best['attainment']:.2f} % at {best['replica_s']:.0f} replica-s "
+                f"({ratio:.2f}x; goal <= {GOAL_RATIO}x), {best['reversals']} reversals, with "
+                f"LOW {best['low']}, HIGH {best['high']}, T {best['threshold']:g} req/s, "
+                f"tau {best['tau_s']:g} s"
+            )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="JSON file for every setting's row")
+    ap.add_argument("--workers", type=int, default=2, help="processes running settings")
+    ap.add_argument(
+        "--static-replica-s", type=float, default=12610.0,
+        help="the cheapest fixed fleet reaching 99 %% on the step (7 replicas, compare's sweep)",
+    )  # fmt: skip
+    ap.add_argument("--summarize", action="store_true", help="only print the summary of --out")
+    args = ap.parse_args(argv)
+    if args.summarize:
+        for line in summary(json.loads(args.out.read_text())["rows"], args.static_replica_s):
+            print(line)
+        return 0
+    todo = settings()
+    rows = []
+    with ProcessPoolExecutor(args.workers) as pool:
+        for row in pool.map(run_one, todo):
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"hold_s": HOLD_S, "rows": rows}, indent=1) + "\n")
+    for line in summary(rows, args.static_replica_s):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The two-level hindsight rule (``experiments/autoscaling/hindsight.py``): a cost reference
+for the step workload, so its moves must be exactly the stated ones."""
+
+from __future__ import annotations
+
+from autoscaler.types import ScalingConfig
+from experiments.autoscaling.hindsight import GRID, TwoLevel, cheapest, settings, summary
+from tests.fakes import rep, snapshot
+
+CONFIG = ScalingConfig(min_replicas=1, max_replicas=16)
+
+
+def drive(rule: TwoLevel, rate_at: list[tuple[float, float]], until: float) -> list[int]:
+    """Decisions once a second; ``rate_at``: (from time, req/s) arriving at the engines."""
+    state, counted, out = rule.initial_state(), 0.0, []
+    for t in range(int(until)):
+        rate = [r for since, r in rate_at if since <= t][-1]  # the latest one begun
+        counted += rate
+        level, state = rule.decide(
+            snapshot(float(t), 3, [rep(0, arrived_requests=counted)]), CONFIG, state
+        )
+        out.append(level)
+    return out
+
+
+def test_goes_high_at_the_threshold_and_low_only_after_the_hold() -> None:
+    rule = TwoLevel(low=3, high=8, threshold=4.0, tau_s=1.0, hold_s=20.0)
+    levels = drive(rule, [(0, 2.0), (30, 8.0), (60, 2.0)], until=100)
+    assert set(levels[:30]) == {3}  # 2 req/s never reaches T
+    up = levels.index(8)
+    assert 30 <= up <= 32  # the EWMA (1 s) crosses 4 req/s within two decisions
+    down = len(levels) - levels[::-1].index(8)  # first LOW after the high phase
+    assert all(v == 8 for v in levels[up:60])
+    # under T from ~61 s (the EWMA decays), then HOLD_S more before LOW
+    assert 80 <= down <= 83, down
+    assert set(levels[down:]) == {3}
+
+
+def test_a_blip_under_the_threshold_does_not_take_it_down() -> None:
+    rule = TwoLevel(low=3, high=8, threshold=4.0, tau_s=1.0, hold_s=20.0)
+    levels = drive(rule, [(0, 8.0), (30, 2.0), (40, 8.0)], until=70)
+    assert min(levels[2:]) == 8  # 10 s under T is shorter than the hold
+
+
+def test_the_grid_skips_settings_whose_low_is_not_below_high() -> None:
+    grid = {**GRID, "low": (3, 8), "high": (8,)}
+    assert {(s.low, s.high) for s in settings(grid)} == {(3, 8)}
+
+
+def test_cheapest_reaching_the_goal_with_and_without_the_reversal_cap() -> None:
+    rows = [
+        {"low": 3, "high": 8, "threshold": 4.0, "tau_s": 1.0, "pool": 2, "attainment": 0.991, "replica_s": 10000.0, "reversals": 9},
+        {"low": 2, "high": 8, "threshold": 4.0, "tau_s": 2.0, "pool": 2, "attainment": 0.985, "replica_s": 9000.0, "reversals": 1},
+        {"low": 4, "high": 8, "threshold": 4.0, "tau_s": 2.0, "pool": 2, "attainment": 0.995, "replica_s": 11000.0, "reversals": 1},
+        {"low": 2, "high": 7, "threshold": 4.0, "tau_s": 2.0, "pool": 1, "attainment": 0.97, "replica_s": 8000.0, "reversals": 1},
+    ]  # fmt: skip
+    assert cheapest(rows, 0.99) == rows[0]
+    assert cheapest(rows, 0.99, reversals=2) == rows[2]
+    assert cheapest(rows, 0.999) is None
+    lines = summary(rows, static_replica_s=12500.0)
+    assert lines[:2] == [
+        "pool 1, any reversals: no setting reaches 99 %",
+        "pool 1, <= 2 reversals: no setting reaches 99 %",
+    ]
+    assert lines[2].startswith("pool 2, any reversals: 99.10 % at 10000 replica-s (0.80x;")
+    assert lines[3].startswith("pool 2, <= 2 reversals: 99.50 % at 11000 replica-s (0.88x;")
+    assert "LOW 4, HIGH 8, T 4 req/s, tau 2 s" in lines[3]
