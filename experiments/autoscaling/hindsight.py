@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.types import MetricsSnapshot, ScalingConfig
+from experiments.autoscaling.compare import SIM_SETUPS, SIM_STATIC, SLO_S, workload
 
 HOLD_S = 20.0  # under T this long before going back to LOW (our policy's downscale_stable_s)
 GOAL_ATTAINMENT = 0.99
@@ -109,7 +110,6 @@ def run_one(s: Setting) -> dict[str, Any]:
     """One setting on the step, as ``compare`` runs the step (setup, SLO, look-back), the
     fleet starting at LOW (no cold start to pay for)."""
     from experiments.autoscaling import sim
-    from experiments.autoscaling.compare import SIM_SETUPS, SLO_S, workload
     from experiments.autoscaling.metrics import scorecard
 
     specs, step = workload("sim", "step")
@@ -122,6 +122,18 @@ def run_one(s: Setting) -> dict[str, Any]:
         exact_replica_s=run.replica_s,
     )  # fmt: skip
     return {**asdict(s), **{k: row[k] for k in ("attainment", "replica_s", "reversals")}}
+
+
+def run_static(n: int) -> dict[str, Any]:
+    """A fixed fleet of ``n`` on the step (``compare``'s static rows): the goal's reference."""
+    from experiments.autoscaling import sim
+
+    specs, _ = workload("sim", "step")
+    setup = replace(SIM_SETUPS["step"], min_replicas=n, max_replicas=n)
+    scaling = ScalingConfig(min_replicas=n, max_replicas=n, ttft_slo_s=SLO_S)
+    run = sim.run_sim(specs, "none", scaling, setup)
+    good = run.summary.get("goodput") or {}
+    return {"replicas": n, "attainment": good.get("attainment"), "replica_s": run.replica_s}
 
 
 def cheapest(
@@ -163,25 +175,28 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="JSON file for every setting's row")
     ap.add_argument("--workers", type=int, default=2, help="processes running settings")
-    ap.add_argument(
-        "--static-replica-s", type=float, default=12610.0,
-        help="the cheapest fixed fleet reaching 99 %% on the step (7 replicas, compare's sweep)",
-    )  # fmt: skip
     ap.add_argument("--summarize", action="store_true", help="only print the summary of --out")
     args = ap.parse_args(argv)
     if args.summarize:
-        for line in summary(json.loads(args.out.read_text())["rows"], args.static_replica_s):
+        data = json.loads(args.out.read_text())
+        for line in summary(data["rows"], data["static"]["replica_s"]):
             print(line)
         return 0
-    todo = settings()
     rows = []
     with ProcessPoolExecutor(args.workers) as pool:
-        for row in pool.map(run_one, todo):
+        fixed = list(pool.map(run_static, SIM_STATIC["step"]))
+        static = cheapest(fixed, GOAL_ATTAINMENT)
+        assert static is not None, f"no fixed fleet reaches the goal: {fixed}"
+        print(
+            f"reference: static {static['replicas']} replicas, {static['replica_s']:.0f} replica-s"
+        )
+        for row in pool.map(run_one, settings()):
             rows.append(row)
             print(json.dumps(row), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"hold_s": HOLD_S, "rows": rows}, indent=1) + "\n")
-    for line in summary(rows, args.static_replica_s):
+    data = {"hold_s": HOLD_S, "static": static, "fixed": fixed, "rows": rows}
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    for line in summary(rows, static["replica_s"]):
         print(line)
     return 0
 
