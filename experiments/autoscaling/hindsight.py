@@ -8,8 +8,8 @@ so the rule here is given them, with everything else a reactive policy has:
              = LOW   once it has stayed under T for HOLD_S
 
 The arrival rate is an EWMA (time constant ``tau_s``) of the requests the engines counted
-(``ReplicaMetrics.arrived_requests``), read at each decision as our policy reads it; an
-up-move wakes the warm pool's sleepers first, as for every policy. LOW, HIGH, T and
+(``ReplicaMetrics.arrived_requests``, per replica), read at each decision as our policy
+reads it; an up-move wakes the warm pool's sleepers first, as for every policy. LOW, HIGH, T and
 ``tau_s`` come from a sweep on the trace itself (``GRID``), which no policy can do: the
 cheapest setting reaching the goal is what a policy that reacted perfectly to these two
 loads would cost. A policy that is not told them (ours must also cover a return of the
@@ -53,7 +53,7 @@ GRID = {
 class TwoLevelState:
     level: int
     rate: float = 0.0  # arrivals, req/s (EWMA)
-    counted: float | None = None  # the engines' arrived_requests at the last decision
+    counted: tuple[tuple[str, float], ...] = ()  # each replica's arrived_requests, last seen
     t: float | None = None
     under_since: float | None = None
 
@@ -76,12 +76,14 @@ class TwoLevel:
         config: ScalingConfig,  # noqa: ARG002 (the protocol's signature; bounds are LOW/HIGH)
         state: TwoLevelState,
     ) -> tuple[int, TwoLevelState]:
-        counted = sum(m.arrived_requests for m in snapshot.replicas)
+        # per replica: one that wakes brings its old count, one that leaves takes its count
+        seen = dict(state.counted)
+        counted = tuple((m.replica_id, m.arrived_requests) for m in snapshot.replicas)
+        arrived = sum(max(0.0, c - seen.get(rid, c)) for rid, c in counted)
         rate = state.rate
-        if state.counted is not None and state.t is not None and snapshot.now > state.t:
+        if state.t is not None and snapshot.now > state.t:
             dt = snapshot.now - state.t
-            now_rate = max(0.0, counted - state.counted) / dt
-            rate += (1.0 - math.exp(-dt / self.tau_s)) * (now_rate - rate)
+            rate += (1.0 - math.exp(-dt / self.tau_s)) * (arrived / dt - rate)
         level, under = state.level, state.under_since
         if rate >= self.threshold:
             level, under = self.high, None

@@ -42,6 +42,20 @@ def test_a_blip_under_the_threshold_does_not_take_it_down() -> None:
     assert min(levels[2:]) == 8  # 10 s under T is shorter than the hold
 
 
+def test_a_replica_that_wakes_with_its_old_count_is_no_burst() -> None:
+    """Counts are per replica: a sleeper woken with 500 requests counted before, or a
+    replica leaving with its count, moves no rate."""
+    rule = TwoLevel(low=3, high=8, threshold=4.0, tau_s=1.0, hold_s=20.0)
+    state, level = rule.initial_state(), 0
+    for t in range(30):
+        reps = [rep(0, arrived_requests=2.0 * t)]
+        if 10 <= t < 20:
+            reps.append(rep(1, arrived_requests=500.0 + t))  # woken at 10, gone at 20
+        level, state = rule.decide(snapshot(float(t), len(reps), reps), CONFIG, state)
+        assert level == 3, t
+    assert abs(state.rate - 2.0) < 0.01  # r0's 2 req/s, 10 s after r1 (1 req/s) left
+
+
 def test_the_grid_skips_settings_whose_low_is_not_below_high() -> None:
     grid = {**GRID, "low": (3, 8), "high": (8,)}
     assert {(s.low, s.high) for s in settings(grid)} == {(3, 8)}
