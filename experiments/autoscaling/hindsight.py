@@ -8,8 +8,10 @@ so the rule here is given them, with everything else a reactive policy has:
              = LOW   once it has stayed under T for HOLD_S
 
 The arrival rate is an EWMA (time constant ``tau_s``) of the requests the engines counted
-(``ReplicaMetrics.arrived_requests``, per replica), read at each decision as our policy
-reads it; an up-move wakes the warm pool's sleepers first, as for every policy. LOW, HIGH, T and
+(``ReplicaMetrics.arrived_requests``, per replica, a replica's first reading its baseline;
+our policy's ``arrived_work`` counts a replica it has never seen from zero instead), read
+at each decision as our policy reads them; an up-move wakes the warm pool's sleepers
+first, as for every policy. LOW, HIGH, T and
 ``tau_s`` come from a sweep on the trace itself (``GRID``), which no policy can do: the
 cheapest setting reaching the goal is what a policy that reacted perfectly to these two
 loads would cost. A policy that is not told them (ours must also cover a return of the
@@ -22,6 +24,7 @@ It is an estimate for this family of rules, not a proof for every rule.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -33,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.types import MetricsSnapshot, ScalingConfig
+from bench.types import RequestSpec
 from experiments.autoscaling.compare import SIM_SETUPS, SIM_STATIC, SLO_S, workload
+from experiments.autoscaling.workloads import StepLoad
 
 HOLD_S = 20.0  # under T this long before going back to LOW (our policy's downscale_stable_s)
 GOAL_ATTAINMENT = 0.99
@@ -108,34 +113,40 @@ def settings(grid: dict[str, tuple[Any, ...]] = GRID) -> list[Setting]:
     return [Setting(*v) for v in itertools.product(*(grid[k] for k in keys)) if v[0] < v[1]]
 
 
-def run_one(s: Setting) -> dict[str, Any]:
-    """One setting on the step, as ``compare`` runs the step (setup, SLO, look-back), the
-    fleet starting at LOW (no cold start to pay for)."""
+@functools.cache
+def _step() -> tuple[list[RequestSpec], StepLoad | None]:
+    """The step's requests (~11 s to draw from the trace): once per process, not per run."""
+    return workload("sim", "step")
+
+
+def _run(low: int, high: int, pool: int, rule: TwoLevel | None) -> dict[str, Any]:
+    """One run on the step as ``compare`` runs it (setup, SLO, look-back), the fleet
+    starting at ``low``; ``rule`` None: a fixed fleet of ``low`` (``high`` = ``low``)."""
     from experiments.autoscaling import sim
     from experiments.autoscaling.metrics import scorecard
 
-    specs, step = workload("sim", "step")
-    setup = replace(SIM_SETUPS["step"], min_replicas=s.low, warm_pool=s.pool)
-    scaling = ScalingConfig(min_replicas=s.low, max_replicas=setup.max_replicas, ttft_slo_s=SLO_S)
-    rule = TwoLevel(s.low, s.high, s.threshold, s.tau_s)
+    specs, step = _step()
+    setup = replace(SIM_SETUPS["step"], min_replicas=low, warm_pool=pool)
+    if rule is None:
+        setup = replace(setup, max_replicas=high)
+    scaling = ScalingConfig(min_replicas=low, max_replicas=setup.max_replicas, ttft_slo_s=SLO_S)
     run = sim.run_sim(specs, "none", scaling, setup, policy_obj=rule)
-    row = scorecard(
+    return scorecard(
         run.summary, run.samples, end_s=run.end_s, step_t=step.step_up_s if step else None,
         exact_replica_s=run.replica_s,
     )  # fmt: skip
+
+
+def run_one(s: Setting) -> dict[str, Any]:
+    """One setting of the rule on the step, the fleet starting at LOW (no cold start)."""
+    row = _run(s.low, s.high, s.pool, TwoLevel(s.low, s.high, s.threshold, s.tau_s))
     return {**asdict(s), **{k: row[k] for k in ("attainment", "replica_s", "reversals")}}
 
 
 def run_static(n: int) -> dict[str, Any]:
     """A fixed fleet of ``n`` on the step (``compare``'s static rows): the goal's reference."""
-    from experiments.autoscaling import sim
-
-    specs, _ = workload("sim", "step")
-    setup = replace(SIM_SETUPS["step"], min_replicas=n, max_replicas=n)
-    scaling = ScalingConfig(min_replicas=n, max_replicas=n, ttft_slo_s=SLO_S)
-    run = sim.run_sim(specs, "none", scaling, setup)
-    good = run.summary.get("goodput") or {}
-    return {"replicas": n, "attainment": good.get("attainment"), "replica_s": run.replica_s}
+    row = _run(n, n, 0, None)
+    return {"replicas": n, "attainment": row["attainment"], "replica_s": row["replica_s"]}
 
 
 def cheapest(
