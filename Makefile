@@ -65,6 +65,9 @@ bench-router: model
 bench-autoscale: model
 	$(PY) -m experiments.autoscaling.compare --mode all --out results/autoscale
 	$(PY) -m experiments.autoscaling.hindsight --out results/autoscale/hindsight-step.json
+	for w in azure-hour-8b azure-hour step; do \
+	  $(PY) -m experiments.autoscaling.envelope --workload $$w --out results/autoscale/envelope-$$w.json || exit 1; done
+	$(PY) -m experiments.autoscaling.envelope --across results/autoscale/envelope-{azure-hour-8b,azure-hour,step}.json
 
 bench-batching: install
 	$(PY) -m experiments.batching.batching --out-dir results

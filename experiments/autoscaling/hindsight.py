@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from autoscaler.types import MetricsSnapshot, ScalingConfig
+from autoscaler.types import MetricsSnapshot, ScalingConfig, ScalingPolicy
 from bench.types import RequestSpec
 from experiments.autoscaling.compare import SIM_SETUPS, SIM_STATIC, SLO_S, workload
 from experiments.autoscaling.workloads import StepLoad
@@ -114,19 +114,23 @@ def settings(grid: dict[str, tuple[Any, ...]] = GRID) -> list[Setting]:
 
 
 @functools.cache
-def _step() -> tuple[list[RequestSpec], StepLoad | None]:
-    """The step's requests (~11 s to draw from the trace): once per process, not per run."""
-    return workload("sim", "step")
+def drawn(name: str) -> tuple[list[RequestSpec], StepLoad | None]:
+    """A sim workload's requests (the step's take ~11 s to draw from the trace): once per
+    process, not per run."""
+    return workload("sim", name)
 
 
-def _run(low: int, high: int, pool: int, rule: TwoLevel | None) -> dict[str, Any]:
-    """One run on the step as ``compare`` runs it (setup, SLO, look-back), the fleet
-    starting at ``low``; ``rule`` None: a fixed fleet of ``low`` (``high`` = ``low``)."""
+def run_rule(
+    low: int, high: int, pool: int, rule: ScalingPolicy[Any] | None, name: str = "step"
+) -> dict[str, Any]:
+    """One run of a sim workload as ``compare`` runs it (setup, SLO, look-back), the fleet
+    starting at ``low`` (the rule's floor); ``rule`` None: a fixed fleet of ``low`` (``high``
+    = ``low``)."""
     from experiments.autoscaling import sim
     from experiments.autoscaling.metrics import scorecard
 
-    specs, step = _step()
-    setup = replace(SIM_SETUPS["step"], min_replicas=low, warm_pool=pool)
+    specs, step = drawn(name)
+    setup = replace(SIM_SETUPS[name], min_replicas=low, warm_pool=pool)
     if rule is None:
         setup = replace(setup, max_replicas=high)
     scaling = ScalingConfig(min_replicas=low, max_replicas=setup.max_replicas, ttft_slo_s=SLO_S)
@@ -139,13 +143,13 @@ def _run(low: int, high: int, pool: int, rule: TwoLevel | None) -> dict[str, Any
 
 def run_one(s: Setting) -> dict[str, Any]:
     """One setting of the rule on the step, the fleet starting at LOW (no cold start)."""
-    row = _run(s.low, s.high, s.pool, TwoLevel(s.low, s.high, s.threshold, s.tau_s))
+    row = run_rule(s.low, s.high, s.pool, TwoLevel(s.low, s.high, s.threshold, s.tau_s))
     return {**asdict(s), **{k: row[k] for k in ("attainment", "replica_s", "reversals")}}
 
 
-def run_static(n: int) -> dict[str, Any]:
-    """A fixed fleet of ``n`` on the step (``compare``'s static rows): the goal's reference."""
-    row = _run(n, n, 0, None)
+def run_static(n: int, name: str = "step") -> dict[str, Any]:
+    """A fixed fleet of ``n`` (``compare``'s static rows): the goal's reference."""
+    row = run_rule(n, n, 0, None, name)
     return {"replicas": n, "attainment": row["attainment"], "replica_s": row["replica_s"]}
 
 
