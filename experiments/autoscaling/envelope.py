@@ -38,21 +38,20 @@ import itertools
 import json
 import math
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
-from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 from autoscaler.types import MetricsSnapshot, ScalingConfig
-from experiments.autoscaling.compare import SIM_SETUPS, SIM_STATIC, SLO_S
+from experiments.autoscaling.compare import SIM_SETUPS, SLO_S
 from experiments.autoscaling.hindsight import (
     GOAL_ATTAINMENT,
     GOAL_RATIO,
     cheapest,
     drawn,
     run_rule,
-    run_static,
+    sweep,
+    write,
 )
 
 WORKLOAD = "azure-hour"
@@ -206,23 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--out is required")
     if args.summarize:
         data = json.loads(args.out.read_text())
-        for line in summary(data["rows"], data["static"]["replica_s"]):
-            print(line)
-        return 0
-    rows: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(args.workers) as pool:
-        fixed = list(pool.map(run_static, SIM_STATIC[args.workload], repeat(args.workload)))
-        static = cheapest(fixed, GOAL_ATTAINMENT)
-        assert static is not None, f"no fixed fleet reaches the goal: {fixed}"
-        print(f"reference: static {static['replicas']} replicas, "
-              f"{static['replica_s']:.0f} replica-s", flush=True)  # fmt: skip
-        for row in pool.map(run_one, settings(args.workload)):
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    data = {"workload": args.workload, "static": static, "fixed": fixed, "rows": rows}
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
-    for line in summary(rows, static["replica_s"]):
+    else:
+        data = sweep(args.workload, run_one, settings(args.workload), args.workers)
+        write(args.out, data)
+    for line in summary(data["rows"], data["static"]["replica_s"]):
         print(line)
     return 0
 

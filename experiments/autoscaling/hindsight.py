@@ -29,17 +29,19 @@ import itertools
 import json
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
+from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from autoscaler.types import MetricsSnapshot, ScalingConfig, ScalingPolicy
 from bench.types import RequestSpec
 from experiments.autoscaling.compare import SIM_SETUPS, SIM_STATIC, SLO_S, workload
 from experiments.autoscaling.workloads import StepLoad
 
+T = TypeVar("T")
 HOLD_S = 20.0  # under T this long before going back to LOW (our policy's downscale_stable_s)
 GOAL_ATTAINMENT = 0.99
 GOAL_RATIO = 0.8
@@ -188,6 +190,32 @@ def summary(rows: list[dict[str, Any]], static_replica_s: float) -> list[str]:
     return out
 
 
+def sweep(
+    name: str, run: Callable[[T], dict[str, Any]], grid: Iterable[T], workers: int
+) -> dict[str, Any]:
+    """``compare``'s fixed fleets on workload ``name`` (the reference: the cheapest reaching
+    the goal's attainment), then ``run`` on every setting of ``grid``, each row printed as
+    it comes; the fixed fleets, the reference and the rows, for the JSON."""
+    rows = []
+    with ProcessPoolExecutor(workers) as pool:
+        fixed = list(pool.map(run_static, SIM_STATIC[name], repeat(name)))
+        static = cheapest(fixed, GOAL_ATTAINMENT)
+        assert static is not None, f"no fixed fleet reaches the goal: {fixed}"
+        print(
+            f"reference: static {static['replicas']} replicas, {static['replica_s']:.0f} replica-s",
+            flush=True,
+        )
+        for row in pool.map(run, grid):
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return {"workload": name, "static": static, "fixed": fixed, "rows": rows}
+
+
+def write(out: Path, data: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="JSON file for every setting's row")
@@ -196,24 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.summarize:
         data = json.loads(args.out.read_text())
-        for line in summary(data["rows"], data["static"]["replica_s"]):
-            print(line)
-        return 0
-    rows = []
-    with ProcessPoolExecutor(args.workers) as pool:
-        fixed = list(pool.map(run_static, SIM_STATIC["step"]))
-        static = cheapest(fixed, GOAL_ATTAINMENT)
-        assert static is not None, f"no fixed fleet reaches the goal: {fixed}"
-        print(
-            f"reference: static {static['replicas']} replicas, {static['replica_s']:.0f} replica-s"
-        )
-        for row in pool.map(run_one, settings()):
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    data = {"hold_s": HOLD_S, "static": static, "fixed": fixed, "rows": rows}
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
-    for line in summary(rows, static["replica_s"]):
+    else:
+        data = {"hold_s": HOLD_S, **sweep("step", run_one, settings(), args.workers)}
+        write(args.out, data)
+    for line in summary(data["rows"], data["static"]["replica_s"]):
         print(line)
     return 0
 
