@@ -105,17 +105,13 @@ def settings(workload: str = WORKLOAD) -> list[Setting]:
 @functools.cache
 def requirements(name: str = WORKLOAD) -> tuple[float, ...]:
     """Each 1-s bin's requirement, as ``reach`` computes it for the workload."""
-    from autoscaler.ttft_queue import derive
-    from autoscaler.ttft_types import TTFTQueueParams, TTFTQueueState
-    from experiments.autoscaling.reach import requirement_bins
+    from experiments.autoscaling.reach import budget, requirement_bins
     from experiments.autoscaling.sim import nominal_prefill_rate
 
     specs, _ = drawn(name)
     setup = SIM_SETUPS[name]
     rate = nominal_prefill_rate(setup)
-    prompt_s = sum(len(s.prompt_token_ids) for s in specs) / rate / max(1, len(specs))
-    budget = derive(TTFTQueueParams(), TTFTQueueState(prompt_s=prompt_s), SLO_S).budget
-    return requirement_bins(specs, rate, setup.startup_s, budget)
+    return requirement_bins(specs, rate, setup.startup_s, budget(specs, rate, SLO_S)[0])
 
 
 def run_one(s: Setting) -> dict[str, Any]:

@@ -49,6 +49,16 @@ def requirement_bins(
     return requirements(tuple(bins), len(bins), (), boot_s, budget_s)
 
 
+def budget(specs: Sequence[RequestSpec], rate: float, slo_s: float) -> tuple[float, float]:
+    """The queueing budget the policy derives from the workload's mean prefill, and that mean
+    (seconds, at ``rate`` prompt tokens/s)."""
+    from autoscaler.ttft_queue import derive
+    from autoscaler.ttft_types import TTFTQueueParams, TTFTQueueState
+
+    prompt_s = sum(len(s.prompt_token_ids) for s in specs) / rate / max(1, len(specs))
+    return derive(TTFTQueueParams(), TTFTQueueState(prompt_s=prompt_s), slo_s).budget, prompt_s
+
+
 def unprecedented(reqs: Sequence[float]) -> list[Event]:
     out, seen = [], 0.0
     for k, need in enumerate(reqs):
@@ -66,12 +76,8 @@ def reach(
     run_static: Callable[[int], list[RequestRecord]],
 ) -> Reach:
     """``run_static(n)``: the workload's records on a fixed fleet of ``n`` replicas."""
-    from autoscaler.ttft_queue import derive
-    from autoscaler.ttft_types import TTFTQueueParams, TTFTQueueState
-
-    prompt_s = sum(len(s.prompt_token_ids) for s in specs) / rate / max(1, len(specs))
-    budget = derive(TTFTQueueParams(), TTFTQueueState(prompt_s=prompt_s), slo_s).budget
-    events = unprecedented(requirement_bins(specs, rate, boot_s, budget))
+    budget_s, prompt_s = budget(specs, rate, slo_s)
+    events = unprecedented(requirement_bins(specs, rate, boot_s, budget_s))
     lost: set[int] = set()
     by_fleet: dict[int, list[RequestRecord]] = {}
     for e in events:
@@ -83,7 +89,7 @@ def reach(
             if late and e.t - boot_s <= r.send_s <= e.t + BIN_S + boot_s:
                 lost.add(r.index)
     total = max(1, len(specs))
-    return Reach(1.0 - len(lost) / total, len(lost), tuple(events), budget, prompt_s)
+    return Reach(1.0 - len(lost) / total, len(lost), tuple(events), budget_s, prompt_s)
 
 
 def reach_line(r: Reach, boot_s: float, delay: str = "boot") -> str:
