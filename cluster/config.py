@@ -177,9 +177,9 @@ class ServerConfig(_Strict):
     request_timeout_s: float = Field(
         600.0, gt=0, description="Upper bound on one request's life at the ingress."
     )
-    ingress: Literal["proxy", "direct"] = Field(
+    ingress: Literal["proxy", "direct", "resume"] = Field(
         "proxy",
-        description="proxy: Serve's HTTP proxy in front of the ingress; direct: the ingress replica serves `port` itself (one Ray hop fewer per token, measured faster; Serve's proxy moves to port + 100; an in-place redeploy that replaces the ingress fails: restart instead).",
+        description="proxy: Serve's HTTP proxy in front of the ingress; direct: the ingress replica serves `port` itself (one Ray hop fewer per token, measured faster; Serve's proxy moves to port + 100; an in-place redeploy that replaces the ingress fails: restart instead); resume: llmfleet's front door serves `port` in front of Serve's proxy (on 127.0.0.1, port + 100) and keeps what each stream has sent, so a stream whose ingress replica dies continues on another, and a request that died with it before any byte is resent (one more local HTTP hop per request; runs on the node `llmfleet up` runs on).",
     )
     ingress_replicas: int | None = Field(
         None,

@@ -31,6 +31,15 @@ from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usag
 from cluster.guard import Guard, Pass
 from cluster.health import fleet_health, health_verdict, serve_deployments, shutting_down
 from cluster.http_limits import check_headers, read_body
+from cluster.migration import (
+    CHAT,
+    COMPLETIONS,
+    RESUME_HEADER,
+    ResumePlan,
+    closing_events,
+    resume_plan,
+    take_resume,
+)
 from cluster.openapi_spec import build_openapi
 from cluster.quota_sync import QuotaSync, mode_gauge
 from cluster.relay import Relay, RelaySettings, Started
@@ -115,6 +124,12 @@ def _replica_rank() -> int:
         return 0
 
 
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+# (module functions the class uses are defined above it: serve.ingress copies the module's
+# globals as they are when it wraps the class, so a later one is a NameError in a replica)
 @serve.ingress(app)
 class OpenAIIngress:
     def __init__(self, replicas: Any, settings: dict[str, Any]) -> None:
@@ -228,6 +243,7 @@ class OpenAIIngress:
                 "retried": c.retried,
                 "migrated": c.migrated,
                 "failed": c.failed,
+                "resumed": c.resumed,
                 # sent to the engine deployment, no replica has taken them yet (held for a
                 # slot or for a replica to start); one that stays after its client left leaks
                 "waiting": None if self.relay.ledger is None else self.relay.ledger.unrouted,
@@ -309,8 +325,9 @@ class OpenAIIngress:
         if self.draining:  # the fleet is stopping: the requests in flight finish, no new ones
             raise shutting_down()
         self.relay.check_room()  # shed before reading or tokenizing anything
-        raw = await read_body(request, self.max_body, self.body_timeout_s)
-        prep = await asyncio.to_thread(prepare, path, raw, self.tokenizer, self.limits)
+        prep, plan = await self._prepare(request, path)
+        if plan is not None and plan.body is None:  # the stream had ended: only its close
+            return SSEResponse(_once(self._closing(prep, plan)), media_type=SSE)
         # only replicas that report and fail: with none reporting, the request waits for one
         # (a fleet scaling up from zero, or a replica being replaced)
         if await self._fleet_health() == "failing":
@@ -321,8 +338,11 @@ class OpenAIIngress:
             await self.quota_sync.ready()  # started once, on this replica's event loop
         tokens = prep.prompt_tokens + prep.view.expected_output_tokens
         grant = await self.guard.admit(key, tokens, self.quota_sync)
+        payload = prep.payload
+        if plan is not None and plan.body is not None:
+            payload = resubmit(prep, plan.body, plan.more_ids, self.limits)
         try:
-            started = await self.relay.start(prep.payload)
+            started = await self.relay.start(payload)
         except BaseException:
             self.guard.settle(grant, 0)
             raise
@@ -332,7 +352,7 @@ class OpenAIIngress:
             rec.status = started.head.status
         if started.head.media_type == SSE:
             return SSEResponse(
-                self._stream(started, prep, grant, rec),
+                self._stream(started, prep, grant, rec, plan),
                 status_code=started.head.status,
                 media_type=SSE,
                 headers=headers,
@@ -357,14 +377,52 @@ class OpenAIIngress:
             headers=headers,
         )
 
+    async def _prepare(self, request: Request, path: str) -> tuple[Prepared, ResumePlan | None]:
+        """The request read and prepared, off this loop; and, when the front door resumes a
+        stream with it, how."""
+        raw = await read_body(request, self.max_body, self.body_timeout_s)
+        mark = None
+        if request.headers.get(RESUME_HEADER) and path in (CHAT, COMPLETIONS):
+            raw, mark = await asyncio.to_thread(take_resume, raw)
+        prep = await asyncio.to_thread(prepare, path, raw, self.tokenizer, self.limits)
+        if mark is None:
+            return prep, None
+        return prep, await asyncio.to_thread(self._resume_plan, prep, mark)
+
+    def _resume_plan(self, prep: Prepared, mark: dict[str, Any]) -> ResumePlan:
+        """A stream another ingress was relaying when it died (``cluster/front_door.py``)."""
+        import json
+
+        fwd = prep.payload["request"]
+        plan = resume_plan(fwd.path, json.loads(fwd.body), mark, self._encode)
+        self.relay.counters.resumed += 1
+        return plan
+
+    def _closing(self, prep: Prepared, plan: ResumePlan) -> bytes:
+        import json
+
+        fwd = prep.payload["request"]
+        body = json.loads(fwd.body)
+        if prep.usage_injected:  # the client did not ask for the usage event
+            body["stream_options"] = None
+        n = len(fwd.prompt_token_ids)
+        return closing_events(fwd.path, body, plan.log, n, len(plan.more_ids))
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
     async def _stream(
-        self, started: Started, prep: Prepared, grant: Pass, rec: EdgeRecord | None
+        self,
+        started: Started,
+        prep: Prepared,
+        grant: Pass,
+        rec: EdgeRecord | None,
+        plan: ResumePlan | None = None,
     ) -> AsyncIterator[bytes]:
         import json
 
         fwd = prep.payload["request"]
         body = json.loads(fwd.body) if self.relay.s.migrate_attempts else None
-        encode = lambda text: list(self.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
         meter = StreamMeter(rec, prep.usage_injected) if rec is not None else None
         done = False
 
@@ -376,9 +434,10 @@ class OpenAIIngress:
                 started,
                 fwd.path,
                 body,
-                encode,
+                self._encode,
                 lambda cont, ids, _n: resubmit(prep, cont, ids, self.limits),
                 len(fwd.prompt_token_ids),
+                plan,
             ):
                 if meter is not None:
                     chunk = meter.feed(chunk)

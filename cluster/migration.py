@@ -24,6 +24,11 @@ nothing happened::
   token boundary the replica may split differently: the continuation is the same text, not
   always the same token ids). Sampling continues from a different random state.
 
+The same continuation serves the front door (``server.ingress: resume``,
+``cluster/front_door.py``) when a stream's ingress replica died: it sends the original body
+again with ``RESUME_FIELD`` (the text it passed on, the stream's id, created, model) and
+``resume_plan`` here turns that into the continuation on another ingress.
+
 ``StreamLog`` keeps the raw events a relay passed on and parses them only when needed
 (a failure, or every ``FOLD_BYTES``): a healthy stream pays one list append per item.
 """
@@ -36,9 +41,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.request_fields import output_limit_field
+from contracts.http import APIError
 
 FOLD_BYTES = 256 * 1024
 DONE_EVENT = b"data: [DONE]\n\n"
+RESUME_FIELD = "llmfleet_resume"  # the front door's: what a cut stream had sent
+RESUME_HEADER = "x-llmfleet-resume"  # sent with it, so only those bodies are searched for it
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 
@@ -263,3 +271,54 @@ class Rewriter:
 def _empty_chat_choice(choice: dict[str, Any]) -> bool:
     delta = choice.get("delta") or {}
     return not choice.get("finish_reason") and not any(v for v in delta.values())
+
+
+@dataclass
+class ResumePlan:
+    """How an ingress continues a stream another ingress was relaying when it died."""
+
+    log: StreamLog  # what the client has: the text, the stream's id, created, model
+    more_ids: list[int]  # that text's token ids (the ingress's tokenizer)
+    body: dict[str, Any] | None  # what to run; None: nothing left, only the stream's close
+
+
+def take_resume(raw: bytes) -> tuple[bytes, dict[str, Any] | None]:
+    """The body without ``RESUME_FIELD``, and that field (None when absent or the body is not
+    a JSON object: the request's own checks then answer)."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw, None
+    if not isinstance(body, dict) or RESUME_FIELD not in body:
+        return raw, None
+    mark = body.pop(RESUME_FIELD)
+    return json.dumps(body, separators=(",", ":")).encode(), _checked(mark)
+
+
+def _checked(mark: Any) -> dict[str, Any]:
+    opt = type(None)
+    kinds: dict[str, type | tuple[type, ...]] = {"text": str, "finished": bool}
+    kinds |= {"id": (str, opt), "created": (int, opt), "model": (str, opt), "usage_seen": bool}
+    ok = isinstance(mark, dict) and all(isinstance(mark.get(k), t) for k, t in kinds.items())
+    if not ok:
+        raise APIError(
+            400,
+            f"{RESUME_FIELD} must hold text, id, created, model, finished and usage_seen",
+            param=RESUME_FIELD,
+        )
+    return mark
+
+
+def resume_plan(path: str, body: dict[str, Any], mark: dict[str, Any], encode: Any) -> ResumePlan:
+    """``body``: the request as the ingress prepared it; ``mark``: ``take_resume``'s."""
+    if not migratable(path, body):
+        raise APIError(400, "this request cannot be resumed", param=RESUME_FIELD)
+    slog = StreamLog(path, text=mark["text"], finished=mark["finished"])
+    slog.id, slog.created, slog.model = mark["id"], mark["created"], mark["model"]
+    slog.usage_seen = mark["usage_seen"]
+    more_ids = list(encode(slog.text)) if slog.text else []
+    if slog.finished:
+        return ResumePlan(slog, more_ids, None)
+    if not slog.text:  # cut before any output: run it as it was (the events are rewritten)
+        return ResumePlan(slog, more_ids, body)
+    return ResumePlan(slog, more_ids, continuation(path, body, slog, more_ids))

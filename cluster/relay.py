@@ -43,6 +43,7 @@ from typing import Any
 from cluster.breaker import CircuitBreaker
 from cluster.migration import (
     DONE_EVENT,
+    ResumePlan,
     Rewriter,
     StreamLog,
     closing_events,
@@ -120,6 +121,7 @@ class Counters:
     retried: int = 0  # resent before the first byte after a replica died
     migrated: int = 0  # continued on another replica mid-stream
     failed: int = 0  # ended with an error after the budget
+    resumed: int = 0  # streams another ingress was relaying when it died (front_door.py)
 
 
 @dataclass(slots=True)
@@ -315,13 +317,19 @@ class Relay:
         encode: Callable[[str], list[int]],
         resubmit: Resubmit,
         prompt_tokens: int = 0,
+        resumed: ResumePlan | None = None,
     ) -> AsyncIterator[bytes]:
-        """Relay a streamed answer; on a replica's death, migrate (or end in-band)."""
+        """Relay a streamed answer; on a replica's death, migrate (or end in-band).
+        ``resumed``: this continues a stream the client already has part of (its events are
+        rewritten to that stream's from the first)."""
         origin = started
         slog = None
         if body is not None and migratable(path, body):
             slog = StreamLog(path, echo=echo_prefix(path, body) or "")
         rewriter: Rewriter | None = None
+        if resumed is not None:
+            slog = resumed.log
+            rewriter = Rewriter(path, slog, len(resumed.more_ids))
         budget = self.s.migrate_attempts
         try:
             async with asyncio.timeout(self.s.request_timeout_s):

@@ -89,9 +89,14 @@ def cluster_serve_env(cfg: FleetConfig) -> dict[str, str]:
 
 
 def http_options(cfg: FleetConfig) -> dict[str, Any]:
+    """Where Serve's proxy listens: ``server.port``, or port + 100 where something else
+    serves the port (the ingress replica itself; the front door, which alone talks to it,
+    so on loopback)."""
     port = cfg.server.port
     if cfg.server.ingress == "direct":
         port += DIRECT_PROXY_PORT_OFFSET
+    if cfg.server.ingress == "resume":
+        return {"host": "127.0.0.1", "port": port + DIRECT_PROXY_PORT_OFFSET}
     return {"host": cfg.server.host, "port": port}
 
 
@@ -220,6 +225,10 @@ def deploy(cfg: FleetConfig, *, enable_metrics: bool = True) -> str:
         route_prefix="/",
         blocking=False,
     )
+    if cfg.server.ingress == "resume":
+        from cluster.serve_front_door import start_front_door
+
+        start_front_door(cfg, f"http://127.0.0.1:{http_options(cfg)['port']}")
     return f"http://{cfg.server.host}:{cfg.server.port}"
 
 
@@ -229,9 +238,10 @@ def check_ports(cfg: FleetConfig) -> None:
     actor, a taken metrics port in Ray's "The current node timed out during startup"."""
     node = cfg.server.host if cfg.server.host != "0.0.0.0" else "127.0.0.1"
     wanted = [(cfg.server.host, cfg.server.port, "server.port")]
-    if cfg.server.ingress == "direct":
+    if cfg.server.ingress != "proxy":
         proxy = cfg.server.port + DIRECT_PROXY_PORT_OFFSET
-        wanted.append((cfg.server.host, proxy, "server.port + 100 (Serve's proxy, direct)"))
+        what = f"server.port + 100 (Serve's proxy, {cfg.server.ingress})"
+        wanted.append((http_options(cfg)["host"], proxy, what))
     wanted.append((node, cfg.server.metrics_export_port, "server.metrics_export_port"))
     for host, port, what in wanted:
         family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]

@@ -47,6 +47,11 @@ def exposure_findings(cfg: FleetConfig) -> list[Finding]:
 def render_refusal(cfg: FleetConfig, target: str) -> str | None:
     """Why ``target``'s files would not serve anyone, if they would not."""
     s = cfg.server
+    if s.ingress == "resume":
+        return (
+            "server.ingress: resume: its front door is started by `llmfleet up` on one "
+            "machine, and no cluster target starts one; use server.ingress: proxy"
+        )
     if target == "kuberay" and is_loopback(s.host):
         return f"server.host {s.host}: no Kubernetes Service can reach it; {FIX}"
     open_api = not is_loopback(s.host) and s.api_keys_file is None

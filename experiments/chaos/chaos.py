@@ -77,6 +77,7 @@ def fleet_config(args: argparse.Namespace, replicas: int = REPLICAS) -> dict[str
             "port": args.port,
             "metrics_export_port": args.metrics_port,
             "ingress_replicas": INGRESSES,
+            "ingress": args.ingress,
         },
     }
 
@@ -236,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8150)
     p.add_argument("--metrics-port", type=int, default=18150)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ingress", choices=("resume", "proxy"), default="resume",
+                   help="server.ingress: resume (the front door continues streams a dead "
+                   "ingress was relaying) or proxy (Serve's proxy alone)")  # fmt: skip
     args = p.parse_args(argv)
     args.requests = args.requests or (120 if args.quick else 1000)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -243,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = plan([k for k in args.faults.split(",") if k])
     from cluster.config import parse_config
     from cluster.runtime import deploy, start_ray, stop, wait_ready
+    from cluster.serve_front_door import front_door_counters
 
     cfg = parse_config(fleet_config(args))
     started = time.monotonic()
@@ -257,13 +262,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fleet ready in {ready_s:.0f} s; {args.requests} requests", flush=True)
         records, timeline, run_s = asyncio.run(run(args, url, steps))
         cross_check = faults.ingress_counters(url)
+        door = front_door_counters()
     finally:
         stop()
     faults_run = [f for _, f in steps]
     before = report.attribute(faults_run, timeline)
     write(args, records, faults_run, timeline, before, cross_check,
           {"ready_s": ready_s, "run_s": run_s, "load_before": load_before,
-           "load_after": os.getloadavg()})  # fmt: skip
+           "load_after": os.getloadavg(), "front_door": door})  # fmt: skip
+    if door is not None:
+        print(f"front door: {door}")
     return 0
 
 

@@ -35,6 +35,15 @@ def test_ray_up_with_an_open_api_is_refused_at_render(tmp_path: Path) -> None:
     assert render(_cfg(), "ray-up", tmp_path / "d")  # loopback: reached through a tunnel
 
 
+@pytest.mark.parametrize("target", ["serve", "ray-up", "kuberay"])
+def test_the_front_door_is_refused_on_cluster_targets(target: str, tmp_path: Path) -> None:
+    """``server.ingress: resume`` needs the front door `llmfleet up` starts; no target's files
+    start one, and Serve's proxy would sit on loopback behind it."""
+    cfg = _cfg(host="0.0.0.0", api_keys_file="/k.yaml", ingress="resume")
+    with pytest.raises(ValueError, match="no cluster target starts one"):
+        render(cfg, target, tmp_path)
+
+
 def test_plan_warns_of_either_case() -> None:
     def warnings(cfg: Any) -> list[str]:
         return [str(f) for f in plan(cfg).warnings if f.path.startswith("server.")]

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from cluster.migration import (
     CHAT,
     COMPLETIONS,
+    RESUME_FIELD,
     Rewriter,
     StreamLog,
     continuation,
     echo_prefix,
     migratable,
+    resume_plan,
+    take_resume,
 )
+from contracts.http import APIError
 
 
 def _ev(obj: object) -> bytes:
@@ -203,3 +209,39 @@ def test_continuations_are_valid_for_the_simulated_engine() -> None:
     validate(ChatRequest, chat)
     done = continuation(COMPLETIONS, {**common, "prompt": "a"}, StreamLog(COMPLETIONS), [1])
     validate(CompletionRequest, done)
+
+
+def _mark(text: str, finished: bool = False) -> dict[str, object]:
+    return {"text": text, "id": "c-1", "created": 5, "model": "m", "finished": finished,
+            "usage_seen": False}  # fmt: skip
+
+
+def test_a_resume_field_is_taken_out_of_the_body_and_checked() -> None:
+    body = {"model": "m", "prompt": "p", "stream": True, RESUME_FIELD: _mark("ab")}
+    raw, mark = take_resume(json.dumps(body).encode())
+    assert json.loads(raw) == {"model": "m", "prompt": "p", "stream": True}
+    assert mark == _mark("ab")
+    assert take_resume(b"not json") == (b"not json", None)
+    assert take_resume(b'{"prompt": "p"}') == (b'{"prompt": "p"}', None)
+    with pytest.raises(APIError) as err:
+        take_resume(json.dumps({RESUME_FIELD: {**_mark("a"), "created": "x"}}).encode())
+    assert err.value.status == 400
+    assert err.value.param == RESUME_FIELD
+
+
+def test_a_resumed_stream_continues_after_the_text_the_client_has() -> None:
+    encode = lambda text: [ord(c) for c in text]  # noqa: E731
+    body = {"model": "m", "messages": [{"role": "user", "content": "q"}], "stream": True,
+            "max_tokens": 10}  # fmt: skip
+    plan = resume_plan(CHAT, body, _mark("abc"), encode)
+    assert plan.more_ids == [97, 98, 99]
+    assert plan.body is not None
+    assert plan.body["max_tokens"] == 7
+    assert plan.body["messages"][-1]["content"] == "abc"
+    assert (plan.log.id, plan.log.created, plan.log.generated) == ("c-1", 5, "abc")
+    # cut before any output: run as asked; finished: only the stream's close is left
+    assert resume_plan(CHAT, body, _mark(""), encode).body == body
+    assert resume_plan(CHAT, body, _mark("abc", finished=True), encode).body is None
+    assert resume_plan(CHAT, body, _mark("a" * 10), encode).body is None  # no budget left
+    with pytest.raises(APIError):
+        resume_plan(CHAT, {**body, "n": 2}, _mark("abc"), encode)
