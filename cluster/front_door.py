@@ -202,22 +202,23 @@ class FrontDoor:
         if parsed is not None and migratable(path, parsed):
             slog = StreamLog(path, echo=echo_prefix(path, parsed) or "")
         budget = self.s.resume_attempts
-        while await _pump(up, out, slog):
-            up.close()
-            if slog is None or budget <= 0:
-                self.counters.cut += 1
-                await out.write(cut_event())
-                break
-            budget -= 1
-            slog.fold()
-            nxt = await self._resume(request.method, request.rel_url.path_qs, headers, parsed, slog)
-            if nxt is None:
-                self.counters.cut += 1
-                await out.write(cut_event())
-                break
-            self.counters.resumed += 1
-            up = nxt
-        up.close()
+        try:
+            while await _pump(up, out, slog):
+                up.close()
+                nxt = None
+                if slog is not None and budget > 0:
+                    budget -= 1
+                    slog.fold()
+                    nxt = await self._resume(request.method, request.rel_url.path_qs, headers,
+                                             parsed, slog)  # fmt: skip
+                if nxt is None:  # not resumable, out of attempts, or refused
+                    self.counters.cut += 1
+                    await out.write(cut_event())
+                    break
+                self.counters.resumed += 1
+                up = nxt
+        finally:
+            up.close()  # the client went away: so does the upstream request
         await out.write_eof()
         return out
 

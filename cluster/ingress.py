@@ -396,6 +396,7 @@ class OpenAIIngress:
         fwd = prep.payload["request"]
         plan = resume_plan(fwd.path, json.loads(fwd.body), mark, self._encode)
         self.relay.counters.resumed += 1
+        log.warning("resuming a stream for the front door: %s", plan.log.id)
         return plan
 
     def _closing(self, prep: Prepared, plan: ResumePlan) -> bytes:

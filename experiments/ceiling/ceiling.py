@@ -44,7 +44,7 @@ from bench import cli as bench_cli
 from experiments import proctree, serverproc
 
 PORTS = {"floor": 8132, "llmfleet": 8133, "rayllm": 8131}
-# llmfleet variants: "llmfleet+direct" (server.ingress: direct), "llmfleet+classic"
+# llmfleet variants: "llmfleet+direct" / "llmfleet+resume" (server.ingress), "llmfleet+classic"
 # (server.throughput_mode: false), and for taking throughput mode apart on top of classic,
 # "+grpc" and "+mainloop" (VARIANT_ENV); combinable ("llmfleet+classic+grpc");
 # "rayllm+nobatch": Ray Serve LLM with its 50-ms stream batching off (one message per token)
@@ -90,7 +90,7 @@ def start(name: str, engine: str, args: argparse.Namespace, work: Path) -> subpr
     if base == "llmfleet":
         tag = name.replace("+", "-")
         cfg = work / f"{tag}-{engine}.yaml"
-        ingress = "direct" if "direct" in mods else args.ingress
+        ingress = next((m for m in mods if m in ("direct", "resume")), args.ingress)
         fleet_yaml(cfg, engine, args, ingress, "classic" not in mods)
         env = dict(kv.split("=", 1) for kv in args.fleet_env)
         for m in mods:
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", type=int, default=256)
     p.add_argument("--sim-users", type=int, default=128, help="0 skips the simulated-H100 rows")
     p.add_argument("--router", default="prefix")
-    p.add_argument("--ingress", choices=("proxy", "direct"), default="proxy")
+    p.add_argument("--ingress", choices=("proxy", "direct", "resume"), default="proxy")
     p.add_argument("--fleet-env", action="append", default=[], help="KEY=VALUE for llmfleet")
     args = p.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)

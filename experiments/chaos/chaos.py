@@ -1,8 +1,9 @@
 """`make bench-chaos`: replica and ingress deaths and a scale-down under streamed load.
 
-A fleet of 4 simulated replicas (``engine.type: sim``) behind the real Serve stack — Serve's
-HTTP proxy, 2 ``OpenAIIngress`` replicas routing with ``p2c``, ``LLMReplica`` — started in
-this process. 1,000 streamed requests (chat and completions alternating, ``max_tokens`` 32–64,
+A fleet of 4 simulated replicas (``engine.type: sim``) behind the real Serve stack — the
+front door (``server.ingress: resume``; ``--ingress proxy`` leaves it out), Serve's HTTP
+proxy, 2 ``OpenAIIngress`` replicas routing with ``p2c``, ``LLMReplica`` — started in this
+process. 1,000 streamed requests (chat and completions alternating, ``max_tokens`` 32–64,
 ``ignore_eos``) at concurrency 16, bounded by ``--wall-s``; a request open ``--hang-s`` is
 cancelled and counted as hung. Faults, each once the previous one has recovered and a share
 of the requests has been sent (``faults.py`` says how each is made and when it is
@@ -12,15 +13,14 @@ recovered):
     55 %  kill an OpenAIIngress replica         70 %  scale 4 → 3 (sets up the next)
     80 %  scale 3 → 1 under load
 
-Per fault it prints requests alive in the window that succeeded / were sent, migrated and
-retried (from the ingresses), failed with a clean error, ended in a migration error, bad
-200s, hung, P95 TTFT and seconds to recover (``report.py`` defines the window). Goals (the
-issue's): ≥ 998 of 1,000 succeed (NVIDIA Dynamo publishes 796 of 800 with one of four
-workers killed), 0 hung, 0 responses that start 200 and end in an error other than a
+Per fault it prints requests alive in the window that succeeded / were sent, migrated,
+resumed and retried (from the ingresses), failed with a clean error, ended in a migration
+error, bad 200s, hung, P95 TTFT and seconds to recover (``report.py`` defines the window).
+Goals (the issue's): ≥ 998 of 1,000 succeed (NVIDIA Dynamo publishes 796 of 800 with one of
+four workers killed), 0 hung, 0 responses that start 200 and end in an error other than a
 migration failure. ``--quick``: 120 requests, one replica kill (a smoke run); ``--faults``
-picks faults. Writes JSON (every request, the Serve timeline) and a PNG of TTFT over time
-with the faults marked.
-"""
+picks faults. Writes JSON (every request, the Serve timeline, the front door's counters)
+and a PNG of TTFT over time with the faults marked."""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ from cluster.app import APP_NAME, INGRESS_DEPLOYMENT, REPLICA_DEPLOYMENT
 RELAY_EVENTS = {
     "retried": "died before answering; resending",
     "migrated": "died mid-stream; migrating",
+    "resumed": "resuming a stream for the front door",
     "failed_start": "request failed on replica",
     "failed_stream": "stream failed:",
 }

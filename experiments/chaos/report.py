@@ -6,7 +6,9 @@ from which ``RUN`` consecutive requests succeed with TTFT ≤ ``SLOW_FACTOR`` ×
 before the first fault), at least ``MIN_WINDOW_S``. Counted in a window: every request alive
 in it (sent before its end, ended after the fault). Its P95 TTFT: the requests that waited
 for their first token in it (sent in it, or sent before the fault and without a token yet).
-``migrated`` / ``retried`` are the ingresses' events seen from the fault to the next fault.
+``migrated`` / ``resumed`` / ``retried`` are the ingresses' events seen from the fault to the
+next fault (``resumed``: a stream the front door, ``server.ingress: resume``, continued
+after the ingress relaying it died).
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ def window_row(
         "sent": len(alive),
         "outcomes": {k: counts.get(k, 0) for k in OUTCOMES},
         "migrated": f.events["migrated"],
+        "resumed": f.events["resumed"],
         "retried": f.events["retried"],
         "ingress_failed": f.events["failed_start"] + f.events["failed_stream"],
         "ttft_p95_s": p95(waited),
@@ -132,6 +135,7 @@ def totals(records: Sequence[Record], faults: Sequence[FaultRun]) -> dict[str, A
         "sent": len(records),
         "outcomes": {k: counts.get(k, 0) for k in OUTCOMES},
         "migrated": events["migrated"],
+        "resumed": events["resumed"],
         "retried": events["retried"],
         "ingress_failed": events["failed_start"] + events["failed_stream"],
         "ttft_p95_s": p95(ttfts),
@@ -163,18 +167,19 @@ def _s(v: float | None) -> str:
 
 def table(rows: Sequence[dict[str, Any]], total: dict[str, Any], base: float | None) -> str:
     head = (
-        "| fault | at s | ok / sent | migrated | retried | failed clean | migration error "
-        "| bad 200 | malformed | hung | P95 TTFT ms | recover s (clients / Serve) |"
+        "| fault | at s | ok / sent | migrated | resumed | retried | failed clean "
+        "| migration error | bad 200 | malformed | hung | P95 TTFT ms "
+        "| recover s (clients / Serve) |"
     )
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 13]
     for r in rows:
         if r.get("skipped"):
-            lines.append(f"| {r['fault']} | not run (load ended) |" + " |" * 10)
+            lines.append(f"| {r['fault']} | not run (load ended) |" + " |" * 11)
             continue
         o = r["outcomes"]
         lines.append(
             f"| {r['fault']} | {r['at_s']:.1f} | {o['ok']} / {r['sent']} | {r['migrated']} "
-            f"| {r['retried']} | {o['clean_error']} | {o['migration_error']} "
+            f"| {r['resumed']} | {r['retried']} | {o['clean_error']} | {o['migration_error']} "
             f"| {_bad(o)} | {o['malformed']} | {o['hung']} "
             f"| {_ms(r['ttft_p95_s'])} | {_s(r['client_recover_s'])} / "
             f"{_s(r['serve_recover_s'])} |"
@@ -182,7 +187,7 @@ def table(rows: Sequence[dict[str, Any]], total: dict[str, Any], base: float | N
     o = total["outcomes"]
     lines.append(
         f"| **whole run** | | {o['ok']} / {total['sent']} | {total['migrated']} "
-        f"| {total['retried']} | {o['clean_error']} | {o['migration_error']} "
+        f"| {total['resumed']} | {total['retried']} | {o['clean_error']} | {o['migration_error']} "
         f"| {_bad(o)} | {o['malformed']} | {o['hung']} "
         f"| {_ms(total['ttft_p95_s'])} (before faults: {_ms(base)}) | |"
     )

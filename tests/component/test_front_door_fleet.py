@@ -78,6 +78,19 @@ async def test_streams_of_a_killed_ingress_finish_as_one_stream(door: str) -> No
     assert after["cut"] == before["cut"]
 
 
+def test_the_front_door_listens_only_on_the_configured_host(door: str) -> None:
+    import psutil
+
+    port = int(door.rsplit(":", 1)[1])
+    listening = [
+        c
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    ]
+    assert listening
+    assert all(c.laddr.ip == "127.0.0.1" for c in listening), listening
+
+
 def test_a_resume_with_no_output_left_gets_the_streams_close(door: str) -> None:
     """Sent to Serve's proxy as the front door sends it: the output limit is spent, so the
     ingress answers the close itself (finish ``length``, usage, ``[DONE]``), as that stream's."""

@@ -3,6 +3,7 @@ proxy: what it resends, how it continues a cut stream, what it refuses itself.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -198,3 +199,28 @@ async def test_a_clients_own_resume_header_goes_no_further(door: Any) -> None:
     url, _ = await door(up)
     await _post(url, _body(), **{RESUME_HEADER: "1"})
     assert RESUME_HEADER not in {k.lower() for k in up.seen[0][0]}
+
+
+async def test_a_client_that_goes_away_ends_the_upstream_stream(door: Any) -> None:
+    ended = asyncio.Event()
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await out.prepare(request)
+        try:
+            for _ in range(200):  # 10 s at most
+                await out.write(_chunk("x"))
+                await asyncio.sleep(0.05)
+        except (ConnectionError, asyncio.CancelledError):
+            ended.set()
+            raise
+        return out
+
+    url, _ = await door(Upstream([endless]))
+    async with (
+        httpx.AsyncClient(timeout=10) as c,
+        c.stream("POST", url + CHAT, json=_body(stream=True)) as r,
+    ):
+        async for _ in r.aiter_bytes():
+            break  # the first event arrived: leave
+    await asyncio.wait_for(ended.wait(), timeout=2.0)

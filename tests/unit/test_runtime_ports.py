@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cluster.config import FleetConfig
-from cluster.runtime import check_ports
+from cluster.runtime import check_ports, http_options
 
 
 @pytest.fixture
@@ -71,6 +71,18 @@ def test_direct_ingress_also_needs_the_proxy_port(taken: int) -> None:
     check_ports(_cfg(port=taken - 100))  # the proxy's port is not used by the default ingress
     with pytest.raises(ValueError, match="Serve's proxy"):
         check_ports(_cfg(port=taken - 100, ingress="direct"))
+
+
+def test_the_front_door_puts_serves_proxy_on_loopback_behind_it(taken: int) -> None:
+    with pytest.raises(ValueError, match="Serve's proxy, resume"):
+        check_ports(_cfg(port=taken - 100, ingress="resume"))
+    port = _free_port()
+    # only the front door talks to Serve's proxy: on loopback whatever host the API binds
+    assert http_options(_cfg(host="0.0.0.0", port=port, ingress="resume")) == {
+        "host": "127.0.0.1",
+        "port": port + 100,
+    }
+    assert http_options(_cfg(host="0.0.0.0", port=port)) == {"host": "0.0.0.0", "port": port}
 
 
 def test_up_on_a_taken_port_says_so_before_starting_ray(taken: int, tmp_path: Path) -> None:
