@@ -18,7 +18,9 @@ ingress, one hop further out, with the same continuation (``cluster/migration.py
   fleet's own (not JSON or SSE: Serve's proxy's) is sent again, ``retry_attempts`` times
   with a growing pause. Generation is safe to repeat; a repeat costs engine work only.
 - After its 200, a migratable stream that ends without ``[DONE]`` is continued, up to
-  ``resume_attempts`` times. The ingress builds the continuation (it has the tokenizer
+  ``resume_attempts`` times (a continuation refused with 429 — the key's stream slots,
+  still counted for the dead ingress — is tried again after ``Retry-After``, up to
+  ``resume_wait_s``). The ingress builds the continuation (it has the tokenizer
   that counts the tokens already streamed) and rewrites its events to the stream's id,
   so the client sees one stream. Any other stream cut ends with an in-band error and
   ``[DONE]``, never a bare close.
@@ -79,6 +81,7 @@ class DoorSettings:
     retry_attempts: int = 3  # resends before the first byte
     resume_attempts: int = 2  # continuations after it
     backoff_s: float = 0.1  # first pause between resends; doubles
+    resume_wait_s: float = 8.0  # a continuation refused with 429 is tried again this long
 
 
 @dataclass
@@ -244,15 +247,21 @@ class FrontDoor:
             },
         }
         data = json.dumps(ask, separators=(",", ":")).encode()
-        try:
-            up = await self._open(method, path, {**headers, RESUME_HEADER: "1"}, data)
-        except APIError:
-            return None
-        if up.resp.status == 200 and up.resp.content_type == SSE:
-            return up
-        log.warning("resume refused: HTTP %d %r", up.resp.status, up.data[:200])
-        up.close()
-        return None
+        waited = 0.0
+        while True:
+            try:
+                up = await self._open(method, path, {**headers, RESUME_HEADER: "1"}, data)
+            except APIError:
+                return None
+            if up.resp.status == 200 and up.resp.content_type == SSE:
+                return up
+            up.close()
+            pause = _retry_after(up) if up.resp.status == 429 else None
+            if pause is None or waited + pause > self.s.resume_wait_s:
+                log.warning("resume refused: HTTP %d %r", up.resp.status, up.data[:200])
+                return None
+            waited += pause  # e.g. the dead ingress's stream slots, freed 5 s after it died
+            await asyncio.sleep(pause)
 
 
 @dataclass
@@ -299,6 +308,13 @@ async def _pump(up: _Upstream, out: web.StreamResponse, slog: StreamLog | None) 
             slog.add(whole)
         done = done or DONE_EVENT in whole
         await out.write(whole)
+
+
+def _retry_after(up: _Upstream) -> float | None:
+    try:
+        return max(0.05, float(up.headers.get("retry-after", "1")))
+    except ValueError:
+        return None
 
 
 def cut_event() -> bytes:

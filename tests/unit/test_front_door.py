@@ -158,6 +158,27 @@ async def test_resumes_are_bounded_then_the_stream_ends_in_band(door: Any) -> No
     assert d.counters.cut == 1
 
 
+async def test_a_continuation_refused_for_quota_is_tried_again_after_retry_after(
+    door: Any,
+) -> None:
+    async def busy(_: web.Request) -> web.Response:
+        body = {"error": {"message": "too many streams", "code": "rate_limit_exceeded"}}
+        return web.json_response(body, status=429, headers={"retry-after": "0.1"})
+
+    cut = stream([_chunk("a")], cut=b"")
+    up = Upstream([cut, busy, busy, stream([_chunk("b", "length"), b"data: [DONE]\n\n"])])
+    url, d = await door(up)
+    r = await _post(url, _body(stream=True))
+    assert r.text.endswith("data: [DONE]\n\n")
+    assert "error" not in r.text
+    assert len(up.seen) == 4
+    up = Upstream([cut, busy, busy])
+    url, d = await door(up, resume_wait_s=0.15)  # waits 0.1 s once, not twice
+    r = await _post(url, _body(stream=True))
+    assert '"stream_error"' in r.text
+    assert d.counters.cut == 1
+
+
 async def test_a_plain_5xx_before_any_byte_is_resent_the_fleets_own_is_not(door: Any) -> None:
     up = Upstream([plain_500, plain_500, ok_json])
     url, d = await door(up)
