@@ -46,7 +46,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     quotas = ing.get("quotas", {}).get("mode", "?")
     print(
         f"ingress (the one answering): retried={ing.get('retried')} "
-        f"migrated={ing.get('migrated')} failed={ing.get('failed')} "
+        f"migrated={ing.get('migrated')} resumed={ing.get('resumed')} failed={ing.get('failed')} "
         f"waiting_for_a_replica={ing.get('waiting')} quotas={quotas}"
     )
     for dep, info in data.get("deployments", {}).items():
