@@ -42,6 +42,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from cluster.http_limits import too_large, too_slow
 from cluster.migration import (
     DONE_EVENT,
     RESUME_FIELD,
@@ -138,6 +139,7 @@ class FrontDoor:
             resp.close()
 
     async def _read_body(self, request: web.Request) -> bytes:
+        """As the ingress reads it (``cluster/http_limits.py``), with its answers."""
         cap = self.s.max_body_bytes
         if request.content_length is not None and request.content_length > cap:
             raise too_large(cap)
@@ -149,13 +151,7 @@ class FrontDoor:
                     if len(buf) > cap:
                         raise too_large(cap)
         except TimeoutError:
-            raise APIError(
-                408,
-                f"the request body did not arrive within {self.s.body_timeout_s:g} s "
-                f"({len(buf)} bytes received)",
-                code="request_timeout",
-                headers={"connection": "close"},
-            ) from None
+            raise too_slow(self.s.body_timeout_s, len(buf)) from None
         return bytes(buf)
 
     async def _open(
@@ -322,10 +318,6 @@ def cut_event() -> bytes:
         500, "the stream's ingress failed mid-stream", type="server_error", code="stream_error"
     )
     return f"data: {json.dumps(err.body())}\n\n".encode() + DONE_EVENT
-
-
-def too_large(cap: int) -> APIError:
-    return APIError(413, f"request body is larger than {cap} bytes", code="request_too_large")
 
 
 def _json(body: bytes) -> Any:

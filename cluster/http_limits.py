@@ -37,23 +37,27 @@ async def read_body(request: Request, cap: int, timeout_s: float = 60.0) -> byte
         )
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > cap:
-        raise _too_large(cap)
+        raise too_large(cap)
     buf = bytearray()
     try:
         async with asyncio.timeout(timeout_s):
             async for chunk in request.stream():
                 buf += chunk
                 if len(buf) > cap:
-                    raise _too_large(cap)
+                    raise too_large(cap)
     except TimeoutError:
-        raise APIError(
-            408,
-            f"the request body did not arrive within {timeout_s:g} s ({len(buf)} bytes received)",
-            code="request_timeout",
-            headers={"connection": "close"},
-        ) from None
+        raise too_slow(timeout_s, len(buf)) from None
     return bytes(buf)
 
 
-def _too_large(cap: int) -> APIError:
+def too_large(cap: int) -> APIError:
     return APIError(413, f"request body is larger than {cap} bytes", code="request_too_large")
+
+
+def too_slow(timeout_s: float, received: int) -> APIError:
+    return APIError(
+        408,
+        f"the request body did not arrive within {timeout_s:g} s ({received} bytes received)",
+        code="request_timeout",
+        headers={"connection": "close"},
+    )
