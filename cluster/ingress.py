@@ -20,17 +20,24 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from ray import serve
-from starlette.exceptions import HTTPException
 
 from cluster.breaker import CircuitBreaker
-from cluster.cors import CORSGate, CORSOrigins
 from cluster.edge_metrics import EdgeMetrics, EdgeRecord, StreamMeter, body_usage, ends_stream
 from cluster.guard import Guard, Pass
-from cluster.health import fleet_health, health_verdict, serve_deployments, shutting_down
+from cluster.health import fleet_health, health_verdict, shutting_down
 from cluster.http_limits import check_headers, read_body
+from cluster.ingress_app import (
+    CORS,
+    REPLICA_HEADER,
+    app,
+    deployment_states,
+    error_response,
+    once,
+    replica_rank,
+)
 from cluster.migration import (
     CHAT,
     COMPLETIONS,
@@ -58,77 +65,10 @@ from replicas.status_registry import fleet_overview, fleet_snapshot
 from router.admission import ledger_for
 
 log = logging.getLogger("llmfleet.ingress")
-# No redirect for a trailing slash: FastAPI's 307 has an empty body, and a client that follows
-# it re-sends the request; the 404 below names the route meant instead.
-app = FastAPI(
-    title="llmfleet", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False
-)
-CORS = CORSOrigins()  # server.cors_allowed_origins, set by the ingress replica at start
-app.add_middleware(CORSGate, allowed=CORS)
-REPLICA_HEADER = "x-llmfleet-replica"
-FORWARDED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/tokenize", "/detokenize")
-
-
 HEALTH_CACHE_S = 1.0
 
 
-def error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers or None)
-
-
-@app.exception_handler(APIError)
-async def _api_error(_: Request, err: APIError) -> JSONResponse:
-    return error_response(err)
-
-
-@app.exception_handler(HTTPException)
-async def _http_error(request: Request, err: HTTPException) -> JSONResponse:
-    """FastAPI's own 404 / 405 (no such path, wrong method), OpenAI-shaped."""
-    code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code)
-    headers = dict(err.headers or {})
-    message = str(err.detail)
-    path = request.url.path
-    if err.status_code == 404 and message == "Not Found":  # the router's: no such path
-        message = f"no route {request.method} {path}"
-        meant = path.rstrip("/")
-        if meant != path and meant in _route_paths():
-            message += f": did you mean {meant} (no trailing slash)?"
-    return error_response(APIError(err.status_code, message, code=code, headers=headers))
-
-
-def _route_paths() -> set[str]:
-    return {p for r in app.routes if isinstance(p := getattr(r, "path", None), str)}
-
-
-@app.exception_handler(Exception)
-async def _internal(_: Request, _err: Exception) -> JSONResponse:
-    log.exception("internal error")
-    return error_response(
-        APIError(500, "internal server error", type="server_error", code="internal_error")
-    )
-
-
-def _deployments() -> dict[str, Any]:
-    return {
-        name: {"status": dep["status"], "replicas": dep["replicas"]}
-        for name, dep in serve_deployments().items()
-    }
-
-
-def _replica_rank() -> int:
-    """This ingress replica's rank among its deployment's (0..N-1; Serve assigns it at
-    start), which picks its part of the quotas' whole-number limits; 0 outside Serve."""
-    try:
-        return int(serve.get_replica_context().rank.rank)
-    except Exception:  # not in a replica (tests)
-        return 0
-
-
-async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data
-
-
-# (module functions the class uses are defined above it: serve.ingress copies the module's
+# (what the class uses is imported or defined above it: serve.ingress copies the module's
 # globals as they are when it wraps the class, so a later one is a NameError in a replica)
 @serve.ingress(app)
 class OpenAIIngress:
@@ -146,7 +86,7 @@ class OpenAIIngress:
         self.guard = Guard(
             settings.get("api_keys_file"),
             share=settings.get("quota_share", 1.0),
-            rank=_replica_rank(),
+            rank=replica_rank(),
         )
         # several ingress replicas: each counts the others' quota use (cluster/quota_sync.py)
         self.quota_sync = (
@@ -238,7 +178,7 @@ class OpenAIIngress:
         return {
             "replicas": seen.get("replicas", []),
             "start_failures": seen.get("start_failures", []),
-            "deployments": await asyncio.to_thread(_deployments),
+            "deployments": await asyncio.to_thread(deployment_states),
             "ingress": {
                 "retried": c.retried,
                 "migrated": c.migrated,
@@ -327,7 +267,7 @@ class OpenAIIngress:
         self.relay.check_room()  # shed before reading or tokenizing anything
         prep, plan = await self._prepare(request, path)
         if plan is not None and plan.body is None:  # the stream had ended: only its close
-            return SSEResponse(_once(self._closing(prep, plan)), media_type=SSE)
+            return SSEResponse(once(self._closing(prep, plan)), media_type=SSE)
         # only replicas that report and fail: with none reporting, the request waits for one
         # (a fleet scaling up from zero, or a replica being replaced)
         if await self._fleet_health() == "failing":
