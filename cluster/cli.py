@@ -43,7 +43,7 @@ def _overrides(cfg: FleetConfig, args: argparse.Namespace) -> FleetConfig:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from cluster import lifecycle, runtime
+    from cluster import lifecycle, local_state, runtime
 
     try:
         cfg = _overrides(load_config(args.config), args)
@@ -56,8 +56,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     except ValueError as err:  # an open API off loopback, or an unreadable key file
         print(f"llmfleet: {err}", file=sys.stderr)
         return 2
-    running = runtime.read_state()
-    if running and runtime.pid_alive(int(running["pid"])):
+    running = local_state.read_state()
+    if running and local_state.pid_alive(int(running["pid"])):
         print(
             f"llmfleet: already running (pid {running['pid']}, {running['url']}); run `llmfleet down` first",
             file=sys.stderr,
@@ -82,7 +82,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         "started": time.time(),
         "starting": True,
     }
-    runtime.write_state(state)
+    local_state.write_state(state)
     # ready: running (a signal asks the loop below to stop); hold: inside ray.init, which
     # cut short leaves Ray's agents running or crashes the shutdown (seen by hand)
     # now: a second signal (or `down --now`): stop without letting requests finish
@@ -105,7 +105,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         state["metrics_url"] = f"http://{node}:{cfg.server.metrics_export_port}/metrics"
         state["min_replicas"] = cfg.autoscaling.min_replicas  # the floor `status` names
         state["shutdown_timeout_s"] = cfg.server.shutdown_timeout_s  # `down` waits for it
-        runtime.write_state(state)
+        local_state.write_state(state)
         stopping["hold"] = False
         if stopping["flag"]:  # asked to stop during ray.init
             raise KeyboardInterrupt
@@ -131,7 +131,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             failed += describe_start_failures(lifecycle.start_failures(), time.time(), True)
             print("\n".join(failed), file=sys.stderr, flush=True)
             return 1
-        runtime.write_state({**state, "starting": False})
+        local_state.write_state({**state, "starting": False})
         stopping["ready"] = True
         print(
             f"llmfleet ready: {state['url']}/v1 (model {cfg.model.served_name}); Ctrl-C to stop",
@@ -147,7 +147,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         stopping["ready"] = True  # a second signal must not cut the shutdown short
         print("llmfleet: shutting down", flush=True)
         runtime.stop()
-        runtime.clear_state()
+        local_state.clear_state()
         # stopped: a late signal must not kill the exit (after a stop during the start, 1
         # run in 5 was killed by SIGINT while the interpreter shut down, rc -2)
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -167,12 +167,12 @@ def starting_line(cfg: FleetConfig) -> str:
 
 def _drain(cfg: FleetConfig, state: dict[str, Any], now: Callable[[], bool]) -> None:
     """Let the requests in flight finish (``lifecycle.drain``) before the fleet stops."""
-    from cluster import lifecycle, runtime
+    from cluster import lifecycle, local_state
 
     timeout_s = cfg.server.shutdown_timeout_s
     if timeout_s <= 0 or now():
         return
-    runtime.write_state({**state, "starting": False, "stopping": True})
+    local_state.write_state({**state, "starting": False, "stopping": True})
     print(
         f"llmfleet: stopping: requests in flight get up to {timeout_s:g} s to finish, new "
         "ones are refused (Ctrl-C again, or `llmfleet down --now`, to stop now)",
@@ -183,10 +183,10 @@ def _drain(cfg: FleetConfig, state: dict[str, Any], now: Callable[[], bool]) -> 
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from cluster import runtime
+    from cluster import local_state
 
-    state = runtime.read_state()
-    if state and runtime.pid_alive(int(state["pid"])):
+    state = local_state.read_state()
+    if state and local_state.pid_alive(int(state["pid"])):
         pid = int(state["pid"])
         os.kill(pid, signal.SIGINT)
         if args.now:  # a second signal: `up` stops without letting requests finish
@@ -197,16 +197,16 @@ def cmd_down(args: argparse.Namespace) -> int:
             wait = 0.0 if args.now else float(state.get("shutdown_timeout_s", 0.0))
             wait += 60.0
         deadline = time.monotonic() + wait
-        while runtime.pid_alive(pid) and time.monotonic() < deadline:
+        while local_state.pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if runtime.pid_alive(pid):
+        if local_state.pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
     # After a crash Ray's processes can outlive `up`: stop that session's processes (only).
     if state and state.get("session_dir"):
-        killed = runtime.kill_ray_session(state["session_dir"])
+        killed = local_state.kill_ray_session(state["session_dir"])
         if killed:
             print(f"llmfleet: killed {killed} leftover Ray processes")
-    runtime.clear_state()
+    local_state.clear_state()
     print("llmfleet: stopped")
     return 0
 

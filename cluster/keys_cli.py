@@ -19,7 +19,7 @@ def _keys_file(args: argparse.Namespace) -> str:
     configured = load_config(args.config).server.api_keys_file if args.config else None
     if configured:
         return configured
-    from cluster.runtime import STATE_DIR
+    from cluster.local_state import STATE_DIR
 
     return str(STATE_DIR / "keys.yaml")
 

@@ -14,11 +14,11 @@ from cluster.start_view import describe as describe_start_failures
 def cmd_status(args: argparse.Namespace) -> int:
     import httpx
 
-    from cluster import runtime
+    from cluster import local_state
     from contracts.stats import from_wire
 
-    state = runtime.read_state()
-    if not state or not runtime.pid_alive(int(state["pid"])):
+    state = local_state.read_state()
+    if not state or not local_state.pid_alive(int(state["pid"])):
         print("llmfleet: not running")
         return 1
     key = args.api_key or os.environ.get("LLMFLEET_API_KEY")

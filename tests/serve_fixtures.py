@@ -89,6 +89,6 @@ def post(path: str, body: Any, **kw: Any) -> httpx.Response:
 
 def session_processes(name_part: str) -> list[Any]:
     """Processes of this test session's Ray node whose name contains ``name_part``."""
-    from cluster.runtime import node_processes
+    from cluster.local_state import node_processes
 
     return node_processes(name_part)

@@ -49,7 +49,7 @@ def _node() -> Any:
 
 def node_processes(deployment: str) -> list[Any]:
     """Live processes of this Ray node whose title names ``deployment``."""
-    from cluster.runtime import node_processes as named
+    from cluster.local_state import node_processes as named
 
     return named(f"ServeReplica:{APP_NAME}:{deployment}")
 

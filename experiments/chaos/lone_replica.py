@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from cluster.runtime import read_state, session_processes
+from cluster.local_state import read_state, session_processes
 from replicas.model_prep import DEFAULT_MODEL
 
 

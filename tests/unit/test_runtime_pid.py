@@ -1,4 +1,4 @@
-"""``runtime.pid_alive``: what ``llmfleet down`` and ``status`` take for a running ``up``."""
+"""``local_state.pid_alive``: what ``llmfleet down`` and ``status`` take for a running ``up``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from cluster.runtime import pid_alive
+from cluster.local_state import pid_alive
 
 
 def test_a_running_process_is_alive_and_an_exited_unreaped_one_is_not() -> None:
