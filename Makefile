@@ -68,6 +68,9 @@ bench-autoscale: model
 	for w in azure-hour-8b azure-hour step; do \
 	  $(PY) -m experiments.autoscaling.envelope --workload $$w --out results/autoscale/envelope-$$w.json || exit 1; done
 	$(PY) -m experiments.autoscaling.envelope --across results/autoscale/envelope-{azure-hour-8b,azure-hour,step}.json
+	for w in step-x3 step step-x5; do \
+	  $(PY) -m experiments.autoscaling.hindsight --grid across --workload $$w --out results/autoscale/hindsight-across-$$w.json || exit 1; done
+	$(PY) -m experiments.autoscaling.hindsight --across results/autoscale/hindsight-across-{step-x3,step,step-x5}.json
 
 bench-batching: install
 	$(PY) -m experiments.batching.batching --out-dir results

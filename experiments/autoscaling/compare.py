@@ -47,11 +47,24 @@ SLO_S = 2.0
 # Live (real time, simulated replicas boot in ~3 s): the policy runs its defaults, as in sim.
 SIM_FLOOR = {"azure-hour": 8, "azure-hour-8b": 2, "step": 5}  # baselines' floor variants
 # Fixed fleets run on each workload; the cheapest reaching 99 % is the reference.
-SIM_STATIC = {"azure-hour": range(16, 25), "azure-hour-8b": range(1, 5), "step": range(5, 11)}
+SIM_STATIC = {
+    "azure-hour": range(16, 25),
+    "azure-hour-8b": range(1, 5),
+    "step": range(5, 11),
+    "step-x3": range(3, 10),
+    "step-x5": range(6, 14),
+}
 # Warm pools of sleeping replicas (vLLM sleep mode, ``cluster.twin.warm_pool``) the defaults
 # run with: the pool size is a deployment choice, so every trace gets the same sweep.
 SIM_POOLS = (1, 2, 4, 8)
 SIM_STEP = StepLoad(rate=2.0, factor=4.0, phases=(300.0, 600.0, 900.0))
+# The same step with other high loads (does a setting that meets the goal on
+# one step carry to the others?); run by ``hindsight.py``, not in ``WORKLOADS``
+SIM_STEPS = {
+    "step": SIM_STEP,
+    "step-x3": replace(SIM_STEP, factor=3.0),
+    "step-x5": replace(SIM_STEP, factor=5.0),
+}
 LIVE_STEP = StepLoad(rate=1.5, factor=4.0, phases=(20.0, 30.0, 40.0))
 # One replica nearly carries LIVE_STEP (99.21 % in livesim), so no autoscaler can save
 # there; the heavy step needs two replicas in its high phase (one: 19 %) and one outside it.
@@ -159,8 +172,8 @@ def workload(mode: str, name: str) -> tuple[list[RequestSpec], StepLoad | None]:
     path = f"azure:{AZURE_TRACE}"
     if mode == "sim" and name in ("azure-hour", "azure-hour-8b"):
         return build_requests(path), None
-    if mode == "sim" and name == "step":
-        return step_specs(SIM_STEP, trace_lengths()), SIM_STEP
+    if mode == "sim" and name in SIM_STEPS:
+        return step_specs(SIM_STEPS[name], trace_lengths()), SIM_STEPS[name]
     mode = "live" if mode == "livesim" else mode  # the live workloads in LIVE_MODEL
     if mode == "live" and name == "azure":
         a, b, time_scale, length_scale = LIVE_AZURE_WINDOW
@@ -181,7 +194,7 @@ WORKLOADS = {
 SIM_SETUPS = {
     "azure-hour": SimSetup(),  # Llama-3-70B on 4xA100
     "azure-hour-8b": SimSetup(hardware="h100", model="llama-3-8b", tp=1),
-    "step": SimSetup(),
+    **{name: SimSetup() for name in SIM_STEPS},
 }
 
 

@@ -18,7 +18,15 @@ loads would cost. A policy that is not told them (ours must also cover a return 
 high load, and bursts inside it) can approach that cost but not be expected to beat it.
 It is an estimate for this family of rules, not a proof for every rule.
 
+Across steps (``--grid across --workload W``, then ``--across``): the same family, and ours
+with its defaults, on the step and on the same step with other high loads
+(``compare.SIM_STEPS``: 2 -> 6 -> 2 and 2 -> 10 -> 2 req/s), each with its own cheapest
+fixed fleet as the reference. A setting that met the goal on every step could be a
+default; if none does, meeting the step's goal takes knowing the step's loads.
+
   python -m experiments.autoscaling.hindsight --out results/autoscale/hindsight-step.json
+  python -m experiments.autoscaling.hindsight --grid across --workload step-x3 --out F3
+  python -m experiments.autoscaling.hindsight --across F3 F4 F5
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from typing import Any, TypeVar
 
 from autoscaler.types import MetricsSnapshot, ScalingConfig, ScalingPolicy
 from bench.types import RequestSpec
-from experiments.autoscaling.compare import SIM_SETUPS, SIM_STATIC, SLO_S, workload
+from experiments.autoscaling.compare import SIM_SETUPS, SIM_STATIC, SIM_STEPS, SLO_S, workload
 from experiments.autoscaling.workloads import StepLoad
 
 T = TypeVar("T")
@@ -54,6 +62,20 @@ GRID = {
     "tau_s": (1.0, 2.0),
     "pool": (1, 2, 4, 8),
 }
+
+
+# Wide enough for each step of ``compare.SIM_STEPS`` (its own best setting is inside it):
+# HIGH 5-11 for high loads of 6-10 req/s, T between the calm and the lowest high load;
+# tau 2 s (1 s flips on the calm phase's noise, above)
+ACROSS_GRID = {
+    "low": (2, 3, 4),
+    "high": tuple(range(5, 12)),
+    "threshold": (3.0, 4.0, 5.0),
+    "tau_s": (2.0,),
+    "pool": (2, 4),
+}
+GRIDS = {"step": GRID, "across": ACROSS_GRID}
+KEY = ("low", "high", "threshold", "tau_s", "pool")  # a setting's fields, in a row
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +133,7 @@ class Setting:
 
 
 def settings(grid: dict[str, tuple[Any, ...]] = GRID) -> list[Setting]:
-    keys = ("low", "high", "threshold", "tau_s", "pool")
-    return [Setting(*v) for v in itertools.product(*(grid[k] for k in keys)) if v[0] < v[1]]
+    return [Setting(*v) for v in itertools.product(*(grid[k] for k in KEY)) if v[0] < v[1]]
 
 
 @functools.cache
@@ -143,10 +164,19 @@ def run_rule(
     )  # fmt: skip
 
 
-def run_one(s: Setting) -> dict[str, Any]:
-    """One setting of the rule on the step, the fleet starting at LOW (no cold start)."""
-    row = run_rule(s.low, s.high, s.pool, TwoLevel(s.low, s.high, s.threshold, s.tau_s))
+def run_one(s: Setting, name: str = "step") -> dict[str, Any]:
+    """One setting of the rule on a step, the fleet starting at LOW (no cold start)."""
+    rule = TwoLevel(s.low, s.high, s.threshold, s.tau_s)
+    row = run_rule(s.low, s.high, s.pool, rule, name)
     return {**asdict(s), **{k: row[k] for k in ("attainment", "replica_s", "reversals")}}
+
+
+def run_ours(pool: int, name: str) -> dict[str, Any]:
+    """Ours with its defaults, from one replica, as ``compare`` runs it."""
+    from autoscaler.ttft_queue import TTFTQueuePolicy
+
+    row = run_rule(1, SIM_SETUPS[name].max_replicas, pool, TTFTQueuePolicy(), name)
+    return {"pool": pool, **{k: row[k] for k in ("attainment", "replica_s", "reversals")}}
 
 
 def run_static(n: int, name: str = "step") -> dict[str, Any]:
@@ -211,6 +241,67 @@ def sweep(
     return {"workload": name, "static": static, "fixed": fixed, "rows": rows}
 
 
+def meets(row: dict[str, Any], static_replica_s: float) -> bool:
+    """The goal: at least ``GOAL_ATTAINMENT`` at most ``GOAL_RATIO`` x the fixed fleet."""
+    ratio = row["replica_s"] / static_replica_s
+    return (row["attainment"] or 0.0) >= GOAL_ATTAINMENT and ratio <= GOAL_RATIO
+
+
+def across(datas: list[dict[str, Any]]) -> list[str]:
+    """Each step's cheapest setting at the goal and ours there; then one setting on every
+    step (nothing tuned per step), per pool: how many meet the goal on all of them, the
+    one whose worst cost ratio is lowest among those reaching the attainment on all, and
+    the one whose worst attainment is highest among those within the cost on all."""
+    out = []
+    table: dict[tuple[Any, ...], list[tuple[float, float]]] = {}
+    for data in datas:
+        ref = data["static"]["replica_s"]
+        name = data["workload"]
+        ok = [r for r in data["rows"] if meets(r, ref)]
+        best = min(ok, key=lambda r: r["replica_s"], default=None)
+        head = f"{name} (fixed {data['static']['replicas']}, {ref:.0f} replica-s):"
+        if best is None:
+            out.append(f"{head} no setting meets the goal")
+        else:
+            setting = ", ".join(f"{k} {best[k]:g}" for k in KEY)
+            out.append(
+                f"{head} {len(ok)} of {len(data['rows'])} settings meet the goal; cheapest "
+                f"{100 * best['attainment']:.2f} % at {best['replica_s'] / ref:.2f}x "
+                f"({best['reversals']} reversals; {setting})"
+            )
+        for r in data.get("ours", []):
+            out.append(
+                f"{name}: ours, pool {r['pool']}: {100 * r['attainment']:.2f} % at "
+                f"{r['replica_s'] / ref:.2f}x, {r['reversals']} reversals"
+            )
+        for r in data["rows"]:
+            key = tuple(r[k] for k in KEY)
+            table.setdefault(key, []).append((r["attainment"] or 0.0, r["replica_s"] / ref))
+    full = {k: v for k, v in table.items() if len(v) == len(datas)}
+    names = ", ".join(d["workload"] for d in datas)
+    for pool in sorted({k[-1] for k in full}):
+        mine = {k: v for k, v in full.items() if k[-1] == pool}
+        every = [k for k, v in mine.items()
+                 if all(a >= GOAL_ATTAINMENT and x <= GOAL_RATIO for a, x in v)]  # fmt: skip
+        reaching = [k for k, v in mine.items() if min(a for a, _ in v) >= GOAL_ATTAINMENT]
+        cheap = min(reaching, key=lambda k: max(x for _, x in mine[k]), default=None)
+        within = [k for k, v in mine.items() if max(x for _, x in v) <= GOAL_RATIO]
+        best = max(within, key=lambda k: min(a for a, _ in mine[k]), default=None)
+        out.append(
+            f"pool {pool}, one setting on {names}: {len(every)} of {len(mine)} meet the goal on all"
+        )
+        for label, k in (
+            ("cheapest at the attainment on all", cheap),
+            ("best within the cost on all", best),
+        ):
+            got = "none" if k is None else (
+                ", ".join(f"{f} {v:g}" for f, v in zip(KEY, k, strict=True)) + ": "
+                + "; ".join(f"{100 * a:.2f} % at {x:.2f}x" for a, x in mine[k])
+            )  # fmt: skip
+            out.append(f"  {label}: {got}")
+    return out
+
+
 def write(out: Path, data: dict[str, Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1) + "\n")
@@ -218,14 +309,29 @@ def write(out: Path, data: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="JSON file for every setting's row")
+    ap.add_argument("--out", type=Path, help="JSON file for every setting's row")
     ap.add_argument("--workers", type=int, default=2, help="processes running settings")
     ap.add_argument("--summarize", action="store_true", help="only print the summary of --out")
+    ap.add_argument("--workload", default="step", choices=sorted(SIM_STEPS))
+    ap.add_argument("--grid", default="step", choices=sorted(GRIDS))
+    ap.add_argument("--across", type=Path, nargs="+", help="judge one setting on these files")
     args = ap.parse_args(argv)
+    if args.across:
+        for line in across([json.loads(p.read_text()) for p in args.across]):
+            print(line)
+        return 0
+    if args.out is None:
+        ap.error("--out is required")
     if args.summarize:
         data = json.loads(args.out.read_text())
     else:
-        data = {"hold_s": HOLD_S, **sweep("step", run_one, settings(), args.workers)}
+        name, grid = args.workload, GRIDS[args.grid]
+        run = functools.partial(run_one, name=name)
+        data = {"hold_s": HOLD_S, **sweep(name, run, settings(grid), args.workers)}
+        if args.grid == "across":  # ours beside it, with the pools of the grid and none
+            pools = (0, *grid["pool"])
+            with ProcessPoolExecutor(args.workers) as ex:
+                data["ours"] = list(ex.map(run_ours, pools, repeat(name)))
         write(args.out, data)
     for line in summary(data["rows"], data["static"]["replica_s"]):
         print(line)

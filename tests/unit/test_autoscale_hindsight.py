@@ -4,7 +4,16 @@ for the step workload, so its moves must be exactly the stated ones."""
 from __future__ import annotations
 
 from autoscaler.types import ScalingConfig
-from experiments.autoscaling.hindsight import GRID, TwoLevel, cheapest, settings, summary
+from experiments.autoscaling.hindsight import (
+    ACROSS_GRID,
+    GRID,
+    TwoLevel,
+    across,
+    cheapest,
+    meets,
+    settings,
+    summary,
+)
 from tests.fakes import rep, snapshot
 
 CONFIG = ScalingConfig(min_replicas=1, max_replicas=16)
@@ -79,3 +88,50 @@ def test_cheapest_reaching_the_goal_with_and_without_the_reversal_cap() -> None:
     assert lines[2].startswith("pool 2, any reversals: 99.10 % at 10000 replica-s (0.80x;")
     assert lines[3].startswith("pool 2, <= 2 reversals: 99.50 % at 11000 replica-s (0.88x;")
     assert "LOW 4, HIGH 8, T 4 req/s, tau 2 s" in lines[3]
+
+
+def _row(low: int, high: int, pool: int, attainment: float, replica_s: float) -> dict:
+    return {"low": low, "high": high, "threshold": 4.0, "tau_s": 2.0, "pool": pool,
+            "attainment": attainment, "replica_s": replica_s, "reversals": 1}  # fmt: skip
+
+
+def test_the_goal_needs_both_the_attainment_and_the_cost() -> None:
+    assert meets(_row(3, 8, 2, 0.99, 800.0), static_replica_s=1000.0)
+    assert not meets(_row(3, 8, 2, 0.9899, 700.0), static_replica_s=1000.0)
+    assert not meets(_row(3, 8, 2, 0.999, 801.0), static_replica_s=1000.0)
+
+
+def test_one_setting_is_judged_on_its_worst_step() -> None:
+    """Each setting misses the goal on one of the two steps: (3, 8) the attainment on the
+    high one, (3, 9) the cost on the high one, (4, 9) the cost on the low one. The cheapest
+    at 99 % on both is the one whose worse ratio is lower; the best within the cost on both
+    is the only one within it on both."""
+    low = {"workload": "step-low", "static": {"replicas": 5, "replica_s": 1000.0},
+           "rows": [_row(3, 8, 2, 0.995, 700.0), _row(3, 9, 2, 0.995, 790.0),
+                    _row(4, 9, 2, 0.999, 870.0)],
+           "ours": [{"pool": 2, "attainment": 0.991, "replica_s": 950.0, "reversals": 5}]}  # fmt: skip
+    high = {"workload": "step-high", "static": {"replicas": 9, "replica_s": 2000.0},
+            "rows": [_row(3, 8, 2, 0.97, 1400.0), _row(3, 9, 2, 0.992, 1700.0),
+                     _row(4, 9, 2, 0.993, 1500.0)]}  # fmt: skip
+    lines = across([low, high])
+    assert lines[0].startswith("step-low (fixed 5, 1000 replica-s): 2 of 3 settings meet the goal;")
+    assert "cheapest 99.50 % at 0.70x" in lines[0]
+    assert "high 8" in lines[0]
+    assert lines[1] == "step-low: ours, pool 2: 99.10 % at 0.95x, 5 reversals"
+    assert lines[2].startswith("step-high (fixed 9, 2000 replica-s): 1 of 3 settings")
+    assert "cheapest 99.30 % at 0.75x" in lines[2]
+    assert "low 4, high 9" in lines[2]
+    assert lines[3] == "pool 2, one setting on step-low, step-high: 0 of 3 meet the goal on all"
+    assert lines[4].startswith("  cheapest at the attainment on all: low 3, high 9,")
+    assert lines[4].endswith("99.50 % at 0.79x; 99.20 % at 0.85x")
+    assert lines[5].startswith("  best within the cost on all: low 3, high 8,")
+    assert lines[5].endswith("99.50 % at 0.70x; 97.00 % at 0.70x")
+
+
+def test_the_across_grid_spans_every_steps_own_levels() -> None:
+    """HIGH covers 6-10 req/s steps (a fixed fleet of 5-9 or so), T sits between the calm
+    2 req/s and the lowest high load (6)."""
+    grid = settings(ACROSS_GRID)
+    assert {s.high for s in grid} >= set(range(5, 12))
+    assert all(2.0 < s.threshold < 6.0 for s in grid)
+    assert len(grid) == 3 * 7 * 3 * 2
