@@ -50,7 +50,9 @@ from experiments.autoscaling.hindsight import (
     cheapest,
     drawn,
     run_rule,
+    scores,
     sweep,
+    worst_case,
     write,
 )
 
@@ -149,25 +151,14 @@ def across(datas: list[dict[str, Any]]) -> list[str]:
     setting whose worst attainment is highest among those within the goal's cost on every
     workload, and the one whose worst cost ratio is lowest among those reaching the goal's
     attainment on every workload."""
-    key = ("family", "k", "window_s", "pool")
-    table: dict[tuple[Any, ...], list[tuple[float, float]]] = {}
-    for data in datas:
-        ref = data["static"]["replica_s"]
-        for r in data["rows"]:
-            table.setdefault(tuple(r[k] for k in key), []).append(
-                (r["attainment"] or 0.0, r["replica_s"] / ref)
-            )
-    full = {s: v for s, v in table.items() if len(v) == len(datas)}
+    full = scores(datas, ("family", "k", "window_s", "pool"))
     names = ", ".join(d["workload"] for d in datas)
     out = []
     for family, pool in sorted(
         {(s[0], s[3]) for s in full}, key=lambda g: (g[0] != "foresight", g[1])
     ):
         mine = {s: v for s, v in full.items() if s[0] == family and s[3] == pool}
-        within = [s for s, v in mine.items() if max(x for _, x in v) <= GOAL_RATIO]
-        best = max(within, key=lambda s: min(a for a, _ in mine[s]), default=None)
-        reaching = [s for s, v in mine.items() if min(a for a, _ in v) >= GOAL_ATTAINMENT]
-        cheap = min(reaching, key=lambda s: max(x for _, x in mine[s]), default=None)
+        _, cheap, best = worst_case(mine)
         for label, s in (("best within the cost", best), ("cheapest at the goal", cheap)):
             got = "none" if s is None else (
                 f"k {s[1]:g}, window {s[2]} s: "

@@ -247,13 +247,43 @@ def meets(row: dict[str, Any], static_replica_s: float) -> bool:
     return (row["attainment"] or 0.0) >= GOAL_ATTAINMENT and ratio <= GOAL_RATIO
 
 
+Scores = dict[tuple[Any, ...], list[tuple[float, float]]]  # setting -> (attainment, ratio) each
+
+
+def scores(datas: list[dict[str, Any]], key: tuple[str, ...]) -> Scores:
+    """Each setting (its ``key`` fields) with its attainment and cost ratio to that
+    workload's fixed fleet on every workload, for the settings run on all of them."""
+    table: Scores = {}
+    for data in datas:
+        ref = data["static"]["replica_s"]
+        for r in data["rows"]:
+            table.setdefault(tuple(r[k] for k in key), []).append(
+                (r["attainment"] or 0.0, r["replica_s"] / ref)
+            )
+    return {s: v for s, v in table.items() if len(v) == len(datas)}
+
+
+def worst_case(
+    mine: Scores,
+) -> tuple[list[tuple[Any, ...]], tuple[Any, ...] | None, tuple[Any, ...] | None]:
+    """One setting judged on its worst workload: the settings meeting the goal on all; the
+    one whose worst ratio is lowest among those reaching the attainment on all; the one
+    whose worst attainment is highest among those within the cost on all."""
+    every = [s for s, v in mine.items()
+             if all(a >= GOAL_ATTAINMENT and x <= GOAL_RATIO for a, x in v)]  # fmt: skip
+    reaching = [s for s, v in mine.items() if min(a for a, _ in v) >= GOAL_ATTAINMENT]
+    cheap = min(reaching, key=lambda s: max(x for _, x in mine[s]), default=None)
+    within = [s for s, v in mine.items() if max(x for _, x in v) <= GOAL_RATIO]
+    best = max(within, key=lambda s: min(a for a, _ in mine[s]), default=None)
+    return every, cheap, best
+
+
 def across(datas: list[dict[str, Any]]) -> list[str]:
     """Each step's cheapest setting at the goal and ours there; then one setting on every
     step (nothing tuned per step), per pool: how many meet the goal on all of them, the
     one whose worst cost ratio is lowest among those reaching the attainment on all, and
     the one whose worst attainment is highest among those within the cost on all."""
     out = []
-    table: dict[tuple[Any, ...], list[tuple[float, float]]] = {}
     for data in datas:
         ref = data["static"]["replica_s"]
         name = data["workload"]
@@ -274,19 +304,11 @@ def across(datas: list[dict[str, Any]]) -> list[str]:
                 f"{name}: ours, pool {r['pool']}: {100 * r['attainment']:.2f} % at "
                 f"{r['replica_s'] / ref:.2f}x, {r['reversals']} reversals"
             )
-        for r in data["rows"]:
-            key = tuple(r[k] for k in KEY)
-            table.setdefault(key, []).append((r["attainment"] or 0.0, r["replica_s"] / ref))
-    full = {k: v for k, v in table.items() if len(v) == len(datas)}
+    full = scores(datas, KEY)
     names = ", ".join(d["workload"] for d in datas)
     for pool in sorted({k[-1] for k in full}):
         mine = {k: v for k, v in full.items() if k[-1] == pool}
-        every = [k for k, v in mine.items()
-                 if all(a >= GOAL_ATTAINMENT and x <= GOAL_RATIO for a, x in v)]  # fmt: skip
-        reaching = [k for k, v in mine.items() if min(a for a, _ in v) >= GOAL_ATTAINMENT]
-        cheap = min(reaching, key=lambda k: max(x for _, x in mine[k]), default=None)
-        within = [k for k, v in mine.items() if max(x for _, x in v) <= GOAL_RATIO]
-        best = max(within, key=lambda k: min(a for a, _ in mine[k]), default=None)
+        every, cheap, best = worst_case(mine)
         out.append(
             f"pool {pool}, one setting on {names}: {len(every)} of {len(mine)} meet the goal on all"
         )
