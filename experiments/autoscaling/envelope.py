@@ -47,6 +47,7 @@ from experiments.autoscaling.compare import SIM_SETUPS, SLO_S
 from experiments.autoscaling.hindsight import (
     GOAL_ATTAINMENT,
     GOAL_RATIO,
+    SCORED,
     cheapest,
     drawn,
     run_rule,
@@ -119,7 +120,7 @@ def requirements(name: str = WORKLOAD) -> tuple[float, ...]:
 def run_one(s: Setting) -> dict[str, Any]:
     rule = Envelope(requirements(s.workload), s.k, s.window_s, s.family == "foresight")
     row = run_rule(1, SIM_SETUPS[s.workload].max_replicas, s.pool, rule, s.workload)
-    return {**asdict(s), **{k: row[k] for k in ("attainment", "replica_s", "reversals")}}
+    return {**asdict(s), **{k: row[k] for k in SCORED}}
 
 
 def summary(rows: list[dict[str, Any]], static_replica_s: float) -> list[str]:

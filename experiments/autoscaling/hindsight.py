@@ -44,6 +44,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, TypeVar
 
+from autoscaler.ttft_queue import TTFTQueuePolicy
 from autoscaler.types import MetricsSnapshot, ScalingConfig, ScalingPolicy
 from bench.types import RequestSpec
 from experiments.autoscaling.compare import SIM_SETUPS, SIM_STATIC, SIM_STEPS, SLO_S, workload
@@ -76,6 +77,7 @@ ACROSS_GRID = {
 }
 GRIDS = {"step": GRID, "across": ACROSS_GRID}
 KEY = ("low", "high", "threshold", "tau_s", "pool")  # a setting's fields, in a row
+SCORED = ("attainment", "replica_s", "reversals")  # what a run's row keeps of its scorecard
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,15 +170,13 @@ def run_one(s: Setting, name: str = "step") -> dict[str, Any]:
     """One setting of the rule on a step, the fleet starting at LOW (no cold start)."""
     rule = TwoLevel(s.low, s.high, s.threshold, s.tau_s)
     row = run_rule(s.low, s.high, s.pool, rule, name)
-    return {**asdict(s), **{k: row[k] for k in ("attainment", "replica_s", "reversals")}}
+    return {**asdict(s), **{k: row[k] for k in SCORED}}
 
 
 def run_ours(pool: int, name: str) -> dict[str, Any]:
     """Ours with its defaults, from one replica, as ``compare`` runs it."""
-    from autoscaler.ttft_queue import TTFTQueuePolicy
-
     row = run_rule(1, SIM_SETUPS[name].max_replicas, pool, TTFTQueuePolicy(), name)
-    return {"pool": pool, **{k: row[k] for k in ("attainment", "replica_s", "reversals")}}
+    return {"pool": pool, **{k: row[k] for k in SCORED}}
 
 
 def run_static(n: int, name: str = "step") -> dict[str, Any]:
@@ -241,10 +241,13 @@ def sweep(
     return {"workload": name, "static": static, "fixed": fixed, "rows": rows}
 
 
-def meets(row: dict[str, Any], static_replica_s: float) -> bool:
+def at_goal(attainment: float, ratio: float) -> bool:
     """The goal: at least ``GOAL_ATTAINMENT`` at most ``GOAL_RATIO`` x the fixed fleet."""
-    ratio = row["replica_s"] / static_replica_s
-    return (row["attainment"] or 0.0) >= GOAL_ATTAINMENT and ratio <= GOAL_RATIO
+    return attainment >= GOAL_ATTAINMENT and ratio <= GOAL_RATIO
+
+
+def meets(row: dict[str, Any], static_replica_s: float) -> bool:
+    return at_goal(row["attainment"] or 0.0, row["replica_s"] / static_replica_s)
 
 
 Scores = dict[tuple[Any, ...], list[tuple[float, float]]]  # setting -> (attainment, ratio) each
@@ -269,8 +272,7 @@ def worst_case(
     """One setting judged on its worst workload: the settings meeting the goal on all; the
     one whose worst ratio is lowest among those reaching the attainment on all; the one
     whose worst attainment is highest among those within the cost on all."""
-    every = [s for s, v in mine.items()
-             if all(a >= GOAL_ATTAINMENT and x <= GOAL_RATIO for a, x in v)]  # fmt: skip
+    every = [s for s, v in mine.items() if all(at_goal(a, x) for a, x in v)]
     reaching = [s for s, v in mine.items() if min(a for a, _ in v) >= GOAL_ATTAINMENT]
     cheap = min(reaching, key=lambda s: max(x for _, x in mine[s]), default=None)
     within = [s for s, v in mine.items() if max(x for _, x in v) <= GOAL_RATIO]
