@@ -27,6 +27,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,10 +100,23 @@ def fake_autoscaling_config(
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(n: int, avoid: Iterable[int] = ()) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 now, none of them in ``avoid``. Every socket
+    is held until all are picked: ports picked one by one (bind, close, bind again) may
+    repeat, and ``ray start`` refuses a port given to two of its components."""
+    taken = set(avoid)
+    picked: list[int] = []
+    with contextlib.ExitStack() as held:
+        for _ in range(n + len(taken)):  # a held port is not handed out again
+            sock = held.enter_context(socket.socket())
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+            if port not in taken:
+                taken.add(port)
+                picked.append(port)
+            if len(picked) == n:
+                return picked
+    raise OSError(f"found {len(picked)} free ports of {n}")
 
 
 PORT_FLAGS = (
@@ -124,7 +138,10 @@ class FakeCluster:
 
     def start(self, env: dict[str, str] | None = None, timeout_s: float = 120.0) -> str:
         self.temp_dir.mkdir(parents=True, exist_ok=True)
-        self.ports = {flag: free_port() for flag in PORT_FLAGS}
+        server = self.cfg.server  # Serve's ports (its proxy at port + 100 when direct)
+        serve_ports = (server.port, server.port + 100, server.metrics_export_port)
+        picked = free_ports(len(PORT_FLAGS), avoid=serve_ports)
+        self.ports = dict(zip(PORT_FLAGS, picked, strict=True))
         address = f"127.0.0.1:{self.ports['port']}"
         config = fake_autoscaling_config(
             self.cfg, gcs_address=address, idle_timeout_minutes=self.idle_timeout_minutes

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import FleetConfig, parse_config
-from cluster.deploy.fake_cluster import FakeCluster, free_port
+from cluster.deploy.fake_cluster import FakeCluster, free_ports
 from contracts.metrics import AUTOSCALER_DESIRED, AUTOSCALER_SIGNAL, prom
 
 CANNOT_START = 3
@@ -274,7 +274,7 @@ def main() -> int:
     args = p.parse_args()
     if os.environ.get("RAY_AUTH_MODE") != "token":
         p.error("run with RAY_AUTH_MODE=token (the cluster and its driver use token auth)")
-    cfg = scenario_config(free_port(), free_port())
+    cfg = scenario_config(*free_ports(2))
     cluster = FakeCluster(cfg, args.temp_dir, IDLE_TIMEOUT_MIN)
     try:
         scenario(cfg, cluster, args.out)

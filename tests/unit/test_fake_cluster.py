@@ -1,7 +1,7 @@
 from ray.autoscaler._private.util import validate_config
 
 from cluster.config import FleetConfig, parse_config
-from cluster.deploy.fake_cluster import HEAD_TYPE, fake_autoscaling_config
+from cluster.deploy.fake_cluster import HEAD_TYPE, fake_autoscaling_config, free_ports
 
 
 def _cfg() -> FleetConfig:
@@ -37,3 +37,14 @@ def test_idle_timeout_may_be_shortened_to_fractions_of_a_minute() -> None:
     cfg = fake_autoscaling_config(_cfg(), gcs_address="x:1", idle_timeout_minutes=0.25)
     validate_config(cfg)
     assert cfg["idle_timeout_minutes"] == 0.25
+
+
+def test_free_ports_are_distinct_bindable_and_avoid_the_given_ones() -> None:
+    import socket
+
+    first = free_ports(20)
+    ports = free_ports(40, avoid=first)
+    assert len(set(ports)) == 40  # ray start refuses a port given to two components
+    assert not set(ports) & set(first)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[0]))  # free once picked
