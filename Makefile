@@ -71,6 +71,7 @@ bench-autoscale: model
 	for w in step-x3 step step-x5; do \
 	  $(PY) -m experiments.autoscaling.hindsight --grid across --workload $$w --out results/autoscale/hindsight-across-$$w.json || exit 1; done
 	$(PY) -m experiments.autoscaling.hindsight --across results/autoscale/hindsight-across-{step-x3,step,step-x5}.json
+	$(PY) -m experiments.autoscaling.told --out results/autoscale/told.json
 
 bench-batching: install
 	$(PY) -m experiments.batching.batching --out-dir results
