@@ -42,13 +42,16 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from itertools import repeat
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from autoscaler.ttft_queue import TTFTQueuePolicy
 from autoscaler.types import MetricsSnapshot, ScalingConfig, ScalingPolicy
 from bench.types import RequestSpec
 from experiments.autoscaling.compare import SIM_SETUPS, SIM_STATIC, SIM_STEPS, SLO_S, workload
 from experiments.autoscaling.workloads import StepLoad
+
+if TYPE_CHECKING:
+    from experiments.autoscaling.sim import PolicyRun
 
 T = TypeVar("T")
 HOLD_S = 20.0  # under T this long before going back to LOW (our policy's downscale_stable_s)
@@ -145,25 +148,39 @@ def drawn(name: str) -> tuple[list[RequestSpec], StepLoad | None]:
     return workload("sim", name)
 
 
-def run_rule(
-    low: int, high: int, pool: int, rule: ScalingPolicy[Any] | None, name: str = "step"
-) -> dict[str, Any]:
+def simulate(
+    rule: ScalingPolicy[Any] | None,
+    start: int,
+    floor: int,
+    pool: int,
+    name: str = "step",
+    max_replicas: int | None = None,
+) -> tuple[PolicyRun, dict[str, Any]]:
     """One run of a sim workload as ``compare`` runs it (setup, SLO, look-back), the fleet
-    starting at ``low`` (the rule's floor); ``rule`` None: a fixed fleet of ``low`` (``high``
-    = ``low``)."""
+    starting at ``start``, never below ``floor``: the run and its scorecard. ``rule`` None:
+    the registry's ``none`` (the fleet stays as it started)."""
     from experiments.autoscaling import sim
     from experiments.autoscaling.metrics import scorecard
 
     specs, step = drawn(name)
-    setup = replace(SIM_SETUPS[name], min_replicas=low, warm_pool=pool)
-    if rule is None:
-        setup = replace(setup, max_replicas=high)
-    scaling = ScalingConfig(min_replicas=low, max_replicas=setup.max_replicas, ttft_slo_s=SLO_S)
+    setup = replace(SIM_SETUPS[name], min_replicas=start, warm_pool=pool)
+    if max_replicas is not None:
+        setup = replace(setup, max_replicas=max_replicas)
+    scaling = ScalingConfig(min_replicas=floor, max_replicas=setup.max_replicas, ttft_slo_s=SLO_S)
     run = sim.run_sim(specs, "none", scaling, setup, policy_obj=rule)
-    return scorecard(
+    row = scorecard(
         run.summary, run.samples, end_s=run.end_s, step_t=step.step_up_s if step else None,
         exact_replica_s=run.replica_s,
     )  # fmt: skip
+    return run, row
+
+
+def run_rule(
+    low: int, high: int, pool: int, rule: ScalingPolicy[Any] | None, name: str = "step"
+) -> dict[str, Any]:
+    """The scorecard of one run, the fleet starting at ``low`` (the rule's floor); ``rule``
+    None: a fixed fleet of ``low`` (``high`` = ``low``)."""
+    return simulate(rule, low, low, pool, name, max_replicas=high if rule is None else None)[1]
 
 
 def run_one(s: Setting, name: str = "step") -> dict[str, Any]:

@@ -41,14 +41,14 @@ import json
 import sys
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 from autoscaler.ttft_queue import TTFTQueuePolicy
-from autoscaler.types import MetricsSnapshot, ScalingConfig, ScalingPolicy
-from experiments.autoscaling.compare import SIM_SETUPS, SIM_STATIC, SLO_S
+from autoscaler.types import MetricsSnapshot, ScalingConfig
+from experiments.autoscaling.compare import SIM_STATIC
 from experiments.autoscaling.hindsight import (
     GOAL_ATTAINMENT,
     GOAL_RATIO,
@@ -56,9 +56,9 @@ from experiments.autoscaling.hindsight import (
     cheapest,
     drawn,
     run_static,
+    simulate,
     write,
 )
-from experiments.autoscaling.workloads import StepLoad
 
 STEPS = ("step-x3", "step", "step-x5")
 POOLS = (0, 2, 4)
@@ -92,32 +92,12 @@ class Told:
         return (self.high if t < self.down_s + REACT_S else self.after), None
 
 
-def _simulate(
-    rule: ScalingPolicy[Any], start: int, floor: int, pool: int, name: str
-) -> tuple[Any, dict[str, Any], StepLoad]:
-    """One run as ``compare`` runs the step (setup, SLO, look-back), the fleet starting at
-    ``start``: the run and its scorecard."""
-    from experiments.autoscaling import sim
-    from experiments.autoscaling.metrics import scorecard
-
-    specs, step = drawn(name)
-    assert step is not None, f"{name} is not a step"
-    setup = replace(SIM_SETUPS[name], min_replicas=start, warm_pool=pool)
-    scaling = ScalingConfig(min_replicas=floor, max_replicas=setup.max_replicas, ttft_slo_s=SLO_S)
-    run = sim.run_sim(specs, "none", scaling, setup, policy_obj=rule)
-    row = scorecard(
-        run.summary, run.samples, end_s=run.end_s, step_t=step.step_up_s,
-        exact_replica_s=run.replica_s,
-    )  # fmt: skip
-    return run, row, step
-
-
 def run_told(before: int, high: int, after: int, pool: int, name: str) -> dict[str, Any]:
     """The told rule, the fleet starting at BEFORE (no cold start)."""
     _, step = drawn(name)
     assert step is not None, f"{name} is not a step"
     rule = Told(before, high, after, step.step_up_s, step.step_down_s)
-    _, row, _ = _simulate(rule, before, min(before, after), pool, name)
+    _, row = simulate(rule, before, min(before, after), pool, name)
     return {
         "workload": name, "pool": pool, "before": before, "high": high, "after": after,
         **{k: row[k] for k in SCORED},
@@ -127,7 +107,9 @@ def run_told(before: int, high: int, after: int, pool: int, name: str) -> dict[s
 def run_ours(pool: int, name: str) -> dict[str, Any]:
     """Ours with its defaults, from one replica, as ``compare`` runs it, and the replicas it
     has awake (running or booting) when the step comes."""
-    run, row, step = _simulate(TTFTQueuePolicy(), 1, 1, pool, name)
+    _, step = drawn(name)
+    assert step is not None, f"{name} is not a step"
+    run, row = simulate(TTFTQueuePolicy(), 1, 1, pool, name)
     awake = [s.replicas for s in run.samples if s.t <= step.step_up_s][-1]
     return {"workload": name, "pool": pool, "awake_at_step": awake, **{k: row[k] for k in SCORED}}
 
