@@ -23,7 +23,8 @@ utilization (HPA-style) rule, side by side, in virtual time and live.
   the same engine profile, ~3-s boot, 2-s look-back, a 25-s tail), plus fixed fleets of 1
   and 2; seconds instead of minutes, so live tuning happens here.
 ``--floor N`` (live, livesim) runs every variant at ``min_replicas = N``, rows tagged
-``, floor N``. Each run is saved under ``OUT/runs/``; tables and plots are rebuilt from every saved run
+``, floor N``. ``--router NAME`` (sim, livesim) routes the simulated fleet with that policy
+instead of least-loaded (e.g. ``prefix``, the product's default; give it its own ``--out``). Each run is saved under ``OUT/runs/``; tables and plots are rebuilt from every saved run
 of a mode, so live workloads can be run in separate (shorter) invocations.
 """
 
@@ -42,6 +43,7 @@ from experiments.autoscaling.metrics import scorecard
 from experiments.autoscaling.report import report_mode
 from experiments.autoscaling.sim import PolicyRun, SimSetup
 from experiments.autoscaling.workloads import AZURE_TRACE, StepLoad
+from router.registry import POLICY_NAMES
 
 SLO_S = 2.0
 # Live (real time, simulated replicas boot in ~3 s): the policy runs its defaults, as in sim.
@@ -234,12 +236,16 @@ def run_sim_mode(
     only: str | None = None,
     mode: str = "sim",
     floor: int | None = None,
+    router: str | None = None,
 ) -> None:
-    """``sim``: the 70B/A100 setup; ``livesim``: the live workloads in ``LIVE_MODEL``."""
+    """``sim``: the 70B/A100 setup; ``livesim``: the live workloads in ``LIVE_MODEL``.
+    ``router``: the simulated fleet's routing policy instead of the setup's (least-loaded)."""
     from experiments.autoscaling.sim import LIVE_MODEL, run_sim
 
     for name in names:
         base, tail = (LIVE_MODEL, 25.0) if mode == "livesim" else (SIM_SETUPS[name], 0.0)
+        if router is not None:
+            base = replace(base, router=router)
         specs, step = workload(mode, name)
         if mode == "livesim":
             variants = with_floor(livesim_variants(), floor)
@@ -331,7 +337,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="comma list of substrings of 'policy tuning'")
     ap.add_argument("--floor", type=int, default=None,
                     help="live/livesim: min_replicas for every policy (rows tagged ', floor N')")  # fmt: skip
+    ap.add_argument("--router", default=None,
+                    help="sim/livesim: the simulated fleet's routing policy (router.registry) "
+                    "instead of least-loaded, e.g. prefix, the product's default")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.router is not None and args.mode not in ("sim", "livesim"):
+        ap.error("--router applies to the simulated modes (sim, livesim) only")
+    if args.router is not None and args.router not in POLICY_NAMES:
+        ap.error(f"unknown router {args.router!r}; known: {', '.join(POLICY_NAMES)}")
     out = Path(args.out)
     modes = ("sim", "live") if args.mode == "all" else (args.mode,)
     for mode in modes:
@@ -344,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_live_mode(out, names, args.only, args.floor)
             else:
                 floor = args.floor if mode == "livesim" else None
-                run_sim_mode(out, names, args.resume, args.only, mode, floor)
+                run_sim_mode(out, names, args.resume, args.only, mode, floor, args.router)
         print(report_mode(out, mode, WORKLOADS[mode], SLO_S))
     return 0
 

@@ -4,6 +4,7 @@ averaging, best-tuned baseline choice, goal check, and one tiny virtual-time run
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -260,3 +261,38 @@ def test_live_variant_floor_is_the_deployments_min_replicas_not_a_policy_param()
     assert cfg.autoscaling.min_replicas == 2
     assert cfg.replicas.num_replicas == 2
     assert split_overrides(LiveSetup(), {})[0].min_replicas == 1
+
+
+def test_router_option_routes_every_simulated_run_and_the_reach_with_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from experiments.autoscaling import compare, sim
+
+    load = StepLoad(rate=1.0, factor=2.0, phases=(10.0, 10.0, 10.0))
+    specs = step_specs(load, [(500, 5)], seed=3)
+    routers: list[str] = []
+    real = sim.run_sim
+
+    def recording_run_sim(specs, policy, scaling, setup, **kw):  # type: ignore[no-untyped-def]
+        routers.append(setup.router)
+        return real(specs, policy, scaling, setup, **kw)
+
+    monkeypatch.setattr(compare, "workload", lambda *_: (specs, load))
+    monkeypatch.setattr(compare, "write_reach", lambda *a: routers.append(a[3].router))
+    monkeypatch.setattr(sim, "run_sim", recording_run_sim)
+    compare.run_sim_mode(tmp_path, ["step"], only="static 5,static 6", router="prefix")
+    assert routers == ["prefix", "prefix", "prefix"]  # the reach, then the two fixed fleets
+    assert len(list((tmp_path / "runs").glob("sim-step-static-*.json"))) == 2
+    routers.clear()
+    compare.run_sim_mode(tmp_path, ["step"], only="static 5")
+    assert routers == ["least-loaded", "least-loaded"]
+
+
+@pytest.mark.parametrize(
+    "argv", [["--router", "fastest"], ["--mode", "live", "--router", "prefix"]]
+)
+def test_router_option_rejects_an_unknown_policy_and_the_live_mode(argv: list[str]) -> None:
+    from experiments.autoscaling import compare
+
+    with pytest.raises(SystemExit):
+        compare.main([*argv, "--report-only"])
