@@ -24,8 +24,9 @@ utilization (HPA-style) rule, side by side, in virtual time and live.
   and 2; seconds instead of minutes, so live tuning happens here.
 ``--floor N`` (live, livesim) runs every variant at ``min_replicas = N``, rows tagged
 ``, floor N``. ``--router NAME`` (sim, livesim) routes the simulated fleet with that policy
-instead of least-loaded (e.g. ``prefix``, the product's default; give it its own ``--out``). Each run is saved under ``OUT/runs/``; tables and plots are rebuilt from every saved run
-of a mode, so live workloads can be run in separate (shorter) invocations.
+instead of least-loaded (e.g. ``prefix``, the product's default; give it its own ``--out``).
+Each run is saved under ``OUT/runs/``; tables and plots are rebuilt from every saved run of
+a mode, so live workloads can be run in separate (shorter) invocations.
 """
 
 from __future__ import annotations
@@ -337,14 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="comma list of substrings of 'policy tuning'")
     ap.add_argument("--floor", type=int, default=None,
                     help="live/livesim: min_replicas for every policy (rows tagged ', floor N')")  # fmt: skip
-    ap.add_argument("--router", default=None,
-                    help="sim/livesim: the simulated fleet's routing policy (router.registry) "
-                    "instead of least-loaded, e.g. prefix, the product's default")  # fmt: skip
+    ap.add_argument("--router", default=None, choices=POLICY_NAMES,
+                    help="sim/livesim: the simulated fleet's routing policy instead of "
+                    "least-loaded, e.g. prefix, the product's default")  # fmt: skip
     args = ap.parse_args(argv)
     if args.router is not None and args.mode not in ("sim", "livesim"):
         ap.error("--router applies to the simulated modes (sim, livesim) only")
-    if args.router is not None and args.router not in POLICY_NAMES:
-        ap.error(f"unknown router {args.router!r}; known: {', '.join(POLICY_NAMES)}")
     out = Path(args.out)
     modes = ("sim", "live") if args.mode == "all" else (args.mode,)
     for mode in modes:
