@@ -21,6 +21,7 @@ from pydantic import (
 from cluster.cluster_settings import ClusterSection
 from cluster.engine_settings import EngineConfig
 from cluster.settings_base import Strict as _Strict
+from router.registry import DEFAULT_POLICY
 
 
 class ModelConfig(_Strict):
@@ -114,7 +115,7 @@ class ReplicaConfig(_Strict):
 
 class RoutingConfig(_Strict):
     policy: str = Field(
-        "prefix",
+        DEFAULT_POLICY,
         description="Routing policy name: prefix|prefix-precise|round-robin|least-loaded|p2c|consistent-hash|sglang-tree|ray-prefix|ray-p2c.",
     )
     stats_period_s: float = Field(

@@ -15,6 +15,7 @@ from bench import argtypes
 from cluster.twin.spec import TwinSpec, arrival_times, build_twin
 from replicas.sim.profiles import HARDWARE, MODELS
 from replicas.sim.scheduler import BATCHING_MODES
+from router.registry import DEFAULT_POLICY
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="bench dataset spec, e.g. mooncake:PATH or random:input=512",
     )
-    a("--router", default="round-robin", help="routing policy name (router.registry)")
+    a(
+        "--router",
+        default=DEFAULT_POLICY,
+        help=f"routing policy name (router.registry; default {DEFAULT_POLICY}, as llmfleet up)",
+    )
     a("--autoscale", default=None, help="scaling policy name (autoscaler.registry)")
     a("--min-replicas", type=argtypes.nonneg_int, default=None)
     a("--max-replicas", type=argtypes.positive_int, default=None)

@@ -21,6 +21,7 @@ from bench.types import RequestSpec
 from cluster.twin.fleet import ClusterConfig, ClusterSim
 from cluster.twin.warm_pool import pool_config
 from replicas.sim.core import CoreConfig
+from router.registry import DEFAULT_POLICY
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,7 @@ class TwinSpec:
     hardware: str = "h100"
     model: str = "llama-3-8b"
     tp: int = 1
-    router: str = "round-robin"
+    router: str = DEFAULT_POLICY  # the product's default, as `llmfleet up` routes
     autoscale: str | None = None
     min_replicas: int | None = None
     max_replicas: int | None = None

@@ -172,6 +172,27 @@ def test_cli_writes_result_json(tmp_path: Any) -> None:
     assert out.with_suffix(".jsonl").exists()
 
 
+def test_cli_routes_like_the_product_unless_told(tmp_path: Any) -> None:
+    """``llmfleet sim`` without ``--router`` routes as ``llmfleet up`` does (it defaulted to
+    round-robin, which no deployment runs unless configured to)."""
+    from cluster.config import RoutingConfig
+
+    hits = {}
+    for router in (None, "prefix", "round-robin"):
+        out = tmp_path / f"{router}.json"
+        argv = [
+            "--replicas", "2", "--workload",
+            "shared-prefix:groups=4,prompts=16,system=256,question=16,output=8",
+            "--rate", "20", "--out", str(out),
+        ]  # fmt: skip
+        assert cli.main(argv + (["--router", router] if router else [])) == 0
+        res = json.loads(out.read_text())
+        hits[router] = res["cache"]["hit_rate"]
+        if router is None:
+            assert res["config"]["router"] == RoutingConfig().policy == "prefix"
+    assert hits[None] == hits["prefix"] > hits["round-robin"]
+
+
 def test_static_batching_flushes_last_partial_batch_and_rejects_oversized() -> None:
     core = CoreConfig(
         model="llama-3-8b",
