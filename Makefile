@@ -72,6 +72,9 @@ bench-autoscale: model
 	  $(PY) -m experiments.autoscaling.hindsight --grid across --workload $$w --out results/autoscale/hindsight-across-$$w.json || exit 1; done
 	$(PY) -m experiments.autoscaling.hindsight --across results/autoscale/hindsight-across-{step-x3,step,step-x5}.json
 	$(PY) -m experiments.autoscaling.told --out results/autoscale/told.json
+	# the same sim comparison under the product's default router (README's second table)
+	$(PY) -m experiments.autoscaling.compare --mode sim --router prefix --only 'ttft-queue,static' \
+	  --workloads step,azure-hour-8b,azure-hour --out results/autoscale-prefix
 
 bench-batching: install
 	$(PY) -m experiments.batching.batching --out-dir results
