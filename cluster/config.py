@@ -21,7 +21,7 @@ from pydantic import (
 from cluster.cluster_settings import ClusterSection
 from cluster.engine_settings import EngineConfig
 from cluster.settings_base import Strict as _Strict
-from router.registry import DEFAULT_POLICY
+from router.defaults import DEFAULT_POLICY
 
 
 class ModelConfig(_Strict):

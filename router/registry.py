@@ -29,9 +29,6 @@ POLICY_NAMES: tuple[str, ...] = (
     "oracle",
 )
 
-# What llmfleet routes with unless told otherwise (``routing.policy``, ``llmfleet sim``)
-DEFAULT_POLICY = "prefix"
-
 RAY_NATIVE_ROUTERS: dict[str, str] = {
     "ray-prefix": "ray.serve.llm.request_router.PrefixCacheAffinityRouter",
     "ray-p2c": "ray.serve._private.request_router:PowerOfTwoChoicesRequestRouter",

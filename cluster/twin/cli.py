@@ -15,7 +15,7 @@ from bench import argtypes
 from cluster.twin.spec import TwinSpec, arrival_times, build_twin
 from replicas.sim.profiles import HARDWARE, MODELS
 from replicas.sim.scheduler import BATCHING_MODES
-from router.registry import DEFAULT_POLICY
+from router.defaults import DEFAULT_POLICY
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

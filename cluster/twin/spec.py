@@ -21,7 +21,7 @@ from bench.types import RequestSpec
 from cluster.twin.fleet import ClusterConfig, ClusterSim
 from cluster.twin.warm_pool import pool_config
 from replicas.sim.core import CoreConfig
-from router.registry import DEFAULT_POLICY
+from router.defaults import DEFAULT_POLICY
 
 
 @dataclass(frozen=True, slots=True)
