@@ -22,7 +22,7 @@ import argparse
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from autoscaler.ttft_queue import TTFTQueuePolicy, TTFTQueueState
@@ -89,12 +89,10 @@ class Observer(TTFTQueuePolicy):
 
 def one(trace: str, router: str, size: int) -> dict[str, Any]:
     from experiments.autoscaling import hindsight
-    from experiments.autoscaling.compare import SIM_SETUPS
 
-    hindsight.SIM_SETUPS = {k: replace(v, router=router) for k, v in SIM_SETUPS.items()}
     _, step = hindsight.drawn(trace)
     observer = Observer()
-    run, row = hindsight.simulate(observer, size, size, 0, trace, max_replicas=size)
+    run, row = hindsight.simulate(observer, size, size, 0, trace, max_replicas=size, router=router)
     start, end = (
         (step.step_up_s + HIGH_PHASE_SETTLE_S, step.step_down_s) if step else (0.0, run.end_s)
     )

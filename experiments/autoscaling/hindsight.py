@@ -155,10 +155,12 @@ def simulate(
     pool: int,
     name: str = "step",
     max_replicas: int | None = None,
+    router: str | None = None,
 ) -> tuple[PolicyRun, dict[str, Any]]:
     """One run of a sim workload as ``compare`` runs it (setup, SLO, look-back), the fleet
     starting at ``start``, never below ``floor``: the run and its scorecard. ``rule`` None:
-    the registry's ``none`` (the fleet stays as it started)."""
+    the registry's ``none`` (the fleet stays as it started). ``router``: route the simulated
+    fleet with that policy instead of the setup's (as ``compare --router``)."""
     from experiments.autoscaling import sim
     from experiments.autoscaling.metrics import scorecard
 
@@ -166,6 +168,8 @@ def simulate(
     setup = replace(SIM_SETUPS[name], min_replicas=start, warm_pool=pool)
     if max_replicas is not None:
         setup = replace(setup, max_replicas=max_replicas)
+    if router is not None:
+        setup = replace(setup, router=router)
     scaling = ScalingConfig(min_replicas=floor, max_replicas=setup.max_replicas, ttft_slo_s=SLO_S)
     run = sim.run_sim(specs, "none", scaling, setup, policy_obj=rule)
     row = scorecard(

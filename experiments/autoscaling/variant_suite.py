@@ -45,7 +45,9 @@ CELLS = (
 )
 GOAL = 0.99
 RUN_TIMEOUT_S = 900  # one simulated run; the 70B hour takes under a minute on 2 cores
-# One run, in the tree under test (cwd): ``fixed`` > 0 is a fixed fleet of that size
+# One run, in the tree under test (cwd): ``fixed`` > 0 is a fixed fleet of that size. It
+# sets the router through ``hindsight.SIM_SETUPS``, in its own process, because the trees it
+# runs in (the patches' base, 4f428a7) predate ``hindsight.simulate(router=...)``.
 WORKER = """
 import json, sys
 from dataclasses import replace
