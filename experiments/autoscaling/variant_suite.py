@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.autoscaling.compare import SIM_STATIC
+from experiments.autoscaling.hindsight import GOAL_ATTAINMENT
 from router.registry import POLICY_NAMES
 
 CELLS = (
@@ -43,7 +44,6 @@ CELLS = (
     ("azure-hour", 0),
     ("azure-hour", 4),
 )
-GOAL = 0.99
 RUN_TIMEOUT_S = 900  # one simulated run; the 70B hour takes under a minute on 2 cores
 # One run, in the tree under test (cwd): ``fixed`` > 0 is a fixed fleet of that size. It
 # sets the router through ``hindsight.SIM_SETUPS``, in its own process, because the trees it
@@ -72,7 +72,7 @@ def cheapest_fixed(run: Run, name: str, sizes: Iterable[int]) -> tuple[int, floa
     that reaches it (a bigger fleet of the same replicas costs more)."""
     for n in sorted(sizes):
         row = run(name, 0, n)
-        if row["attainment"] >= GOAL:
+        if row["attainment"] >= GOAL_ATTAINMENT:
             return n, row["replica_s"]
     return None
 
@@ -123,11 +123,8 @@ def suite(run: Run, router: str, workers: int) -> list[dict[str, Any]]:
     """References first (one search per trace, in parallel), then the cells."""
     names = sorted({name for name, _ in CELLS})
     with ThreadPoolExecutor(workers) as pool:
-        refs = dict(
-            zip(
-                names, pool.map(lambda n: cheapest_fixed(run, n, SIM_STATIC[n]), names), strict=True
-            )
-        )
+        searches = pool.map(lambda n: cheapest_fixed(run, n, SIM_STATIC[n]), names)
+        refs = dict(zip(names, searches, strict=True))
         rows = list(pool.map(lambda c: run(c[0], c[1], 0), CELLS))
     out = []
     for (name, sleepers), row in zip(CELLS, rows, strict=True):
