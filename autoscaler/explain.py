@@ -16,6 +16,7 @@ reason of a move. Names are stable (dashboards and alerts key on them) and carry
     boot_s                          measured replica boot time (prior: 30 s)     ttft-queue
     wake_s                          measured wake of a sleeper (else boot_s)     ttft-queue
     warm_replicas                   replicas asleep in the warm pool             ttft-queue
+    ttft_over_slo_ratio             share of first tokens over the SLO, 120 s    ttft-queue
     utilization_ratio               mean max(busy fraction, KV usage)            utilization
 
 Reasons (``Explanation.reason``) of a move: ``bounds`` (outside min/max), ``pending_requests``

@@ -64,6 +64,7 @@ from autoscaler.explain import STEADY
 from autoscaler.prefill_load import prefill_loads
 from autoscaler.ttft_measure import PRIOR_BOOT_S, boot_estimate, track_boot
 from autoscaler.ttft_signals import Load, measure, track_growth, track_settling
+from autoscaler.ttft_tail import track_tail
 from autoscaler.ttft_types import (
     DOWN_KV_USAGE,
     DOWN_QUEUE_FRACTION,
@@ -135,7 +136,7 @@ class TTFTQueuePolicy:
         waking, wakes = track_boot(snapshot, state.wake_pending, state.wake_samples)
         new = replace(
             state, counters=counters, cause="", boot_pending=pending, boot_samples=samples,
-            wake_pending=waking, wake_samples=wakes,
+            wake_pending=waking, wake_samples=wakes, tail=track_tail(snapshot, state.tail),
         )  # fmt: skip
         dv = derive(p, new, config.ttft_slo_s, snapshot.warm_replicas)
         load = measure(snapshot, fallback, dv.budget, loads, new.prompt_s or 0.0)
@@ -174,6 +175,8 @@ class TTFTQueuePolicy:
             "boot_s": dv.boot_s,
             "wake_s": dv.wake_s,
             "warm_replicas": float(snapshot.warm_replicas),
+            "ttft_over_slo_ratio": state.tail.counts(snapshot.now).share_over(config.ttft_slo_s)
+            or 0.0,
         }
         targets = {
             "prefill_backlog_s": budget,
@@ -181,6 +184,7 @@ class TTFTQueuePolicy:
             "ttft_p95_s": config.ttft_slo_s,
             "kv_usage_ratio": DOWN_KV_USAGE,
             "burst_reserve_replicas": float(snapshot.current_replicas),
+            "ttft_over_slo_ratio": dv.risk,
         }
         reason = STEADY if desired == snapshot.current_replicas else (state.cause or "policy")
         return Explanation(signals, targets, reason)

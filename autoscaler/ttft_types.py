@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.prefill_load import CounterBaseline
+from autoscaler.ttft_tail import TailWindow
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,7 @@ class TTFTQueueState:
     wake_reqs: tuple[float, ...] = ()  # requirements over one wake (warm pool), else ()
     wake_reserve: int = 0  # awake replicas the bursts within one wake call for
     settling: bool = False  # an up-move is booting or settling: ignore the backlog term
+    tail: TailWindow = field(default_factory=TailWindow)  # first tokens over the SLO (explain)
     ready_at: float | None = None  # when every replica of the last up-move reported
     # moves (ttft_queue)
     last_up_at: float | None = None

@@ -36,6 +36,14 @@ class ReplicaMetrics:
     prefix_hits: float = 0.0  # cumulative prompt tokens served from the prefix cache
     arrived_prompt_tokens: float = 0.0  # cumulative prompt tokens of requests added
     arrived_requests: float = 0.0  # cumulative requests added
+    # cumulative TTFT tail counters (``contracts.stats.TTFT_TAIL_EDGES_S``; ``ttft_tail``)
+    first_tokens: float = 0.0
+    ttft_over_250ms: float = 0.0
+    ttft_over_500ms: float = 0.0
+    ttft_over_1s: float = 0.0
+    ttft_over_2s: float = 0.0
+    ttft_over_4s: float = 0.0
+    ttft_over_8s: float = 0.0
 
     @classmethod
     def from_stats(
@@ -59,6 +67,13 @@ class ReplicaMetrics:
             prefix_hits=stats.prefix_hits,
             arrived_prompt_tokens=stats.arrived_prompt_tokens,
             arrived_requests=stats.arrived_requests,
+            first_tokens=stats.first_tokens,
+            ttft_over_250ms=stats.ttft_over_250ms,
+            ttft_over_500ms=stats.ttft_over_500ms,
+            ttft_over_1s=stats.ttft_over_1s,
+            ttft_over_2s=stats.ttft_over_2s,
+            ttft_over_4s=stats.ttft_over_4s,
+            ttft_over_8s=stats.ttft_over_8s,
         )
 
 

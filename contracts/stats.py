@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-STATS_VERSION = 2
+STATS_VERSION = 3
 VERSION_KEY = "version"
 
 # The one prefill rate (uncached prompt tokens per second) every component assumes before a
@@ -89,6 +89,15 @@ class ReplicaStats:
     arrived_requests: float = 0.0  # cumulative requests added
     num_preemptions: float = 0.0  # cumulative requests preempted by the scheduler
     steps: float = 0.0  # cumulative engine steps
+    # TTFT tail counters (cumulative): first tokens, and those whose TTFT (added to the
+    # engine -> first token) exceeded each edge of ``TTFT_TAIL_EDGES_S`` (see there)
+    first_tokens: float = 0.0
+    ttft_over_250ms: float = 0.0
+    ttft_over_500ms: float = 0.0
+    ttft_over_1s: float = 0.0
+    ttft_over_2s: float = 0.0
+    ttft_over_4s: float = 0.0
+    ttft_over_8s: float = 0.0
     healthy: bool = True
     draining: bool = False
     reported: bool = True  # False: neutral stand-in (UNKNOWN / UNREPORTED); not on the wire
@@ -97,6 +106,38 @@ class ReplicaStats:
         out = {name: float(getattr(self, name)) for name in WIRE_FIELDS}
         out[VERSION_KEY] = float(STATS_VERSION)
         return out
+
+
+# The TTFT tail counters' edges (seconds), a doubling ladder: the share of first tokens
+# over a TTFT SLO is exact at an edge (the default SLO, 2 s, is one) and interpolated
+# between two, and the counts at the lower edges (a tenth of the SLO's 1 % events or more)
+# show a tail growing before the SLO's own count can. Engines count them with
+# ``LoadTracker.tail()`` (``replicas/load_stats.py``); ``ttft_tail`` reads them back.
+TTFT_TAIL_EDGES_S: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+TTFT_TAIL_FIELDS: tuple[str, ...] = (
+    "ttft_over_250ms",
+    "ttft_over_500ms",
+    "ttft_over_1s",
+    "ttft_over_2s",
+    "ttft_over_4s",
+    "ttft_over_8s",
+)
+
+
+def ttft_tail(stats: Any) -> tuple[float, ...]:
+    """The counts over each edge of ``TTFT_TAIL_EDGES_S``, from any record that carries the
+    ``TTFT_TAIL_FIELDS`` (``ReplicaStats``, the autoscaler's ``ReplicaMetrics``)."""
+    return tuple(float(getattr(stats, name)) for name in TTFT_TAIL_FIELDS)
+
+
+def with_ttft_tail(stats: ReplicaStats, first_tokens: int, over: tuple[int, ...]) -> ReplicaStats:
+    """``stats`` with the tail counters set (``over`` aligned with ``TTFT_TAIL_EDGES_S``)."""
+    if len(over) != len(TTFT_TAIL_FIELDS):
+        raise ValueError(f"{len(over)} tail counts for {len(TTFT_TAIL_FIELDS)} edges")
+    counts: dict[str, Any] = {
+        name: float(n) for name, n in zip(TTFT_TAIL_FIELDS, over, strict=True)
+    }
+    return dataclasses.replace(stats, first_tokens=float(first_tokens), **counts)
 
 
 WIRE_FIELDS: tuple[str, ...] = tuple(
@@ -113,6 +154,8 @@ CUMULATIVE_FIELDS: tuple[str, ...] = (
     "arrived_requests",
     "num_preemptions",
     "steps",
+    "first_tokens",
+    *TTFT_TAIL_FIELDS,
 )
 # Backlog gauges: such a consumer reads these at the larger of their latest value and the
 # window mean. A growing queue is seen at its length now (the mean lags it by half the

@@ -15,6 +15,9 @@ Algorithm
   the decodes that shared those steps, which is exactly what a waiting request will see.
 - TTFT P95: nearest-rank over a sliding window (``ttft_window_s`` seconds, at most
   ``ttft_max_samples`` samples).
+- TTFT tail: cumulative counts of first tokens and of those whose TTFT exceeded each edge
+  of ``contracts.stats.TTFT_TAIL_EDGES_S`` (``tail()``), so that a reader can take the
+  share over its own SLO over any window from two reports, as with a Prometheus histogram.
 - Busy fraction: share of the last ``busy_window_s`` seconds covered by busy intervals —
   engine steps reported via ``on_step`` if the engine calls it, else the time with at
   least one request in flight.
@@ -31,13 +34,14 @@ Time comes from the ``now`` arguments (or the injected ``clock`` when omitted).
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from contracts.stats import PRIOR_PREFILL_TOKENS_PER_S
+from contracts.stats import PRIOR_PREFILL_TOKENS_PER_S, TTFT_TAIL_EDGES_S
 
 Clock = Callable[[], float]
 
@@ -109,6 +113,8 @@ class LoadTracker:
         self._uses_steps = False
         self.arrived_tokens = 0  # cumulative prompt tokens of requests added
         self.arrived_requests = 0  # cumulative requests added
+        self.first_tokens = 0  # cumulative first tokens
+        self._over = [0] * len(TTFT_TAIL_EDGES_S)  # ... whose TTFT exceeded each edge
         self._last_first_token_at = -math.inf
 
     def _now(self, now: float | None) -> float:
@@ -134,7 +140,11 @@ class LoadTracker:
         pending = self._pending.pop(request_id, None)
         if pending is None:
             return
-        self._ttfts.append((t, t - pending.added_at))
+        ttft = t - pending.added_at
+        self._ttfts.append((t, ttft))
+        self.first_tokens += 1
+        for i in range(bisect.bisect_left(TTFT_TAIL_EDGES_S, ttft)):  # edges below the TTFT
+            self._over[i] += 1
         uncached = max(1, pending.prompt_tokens - int(cached_tokens))
         start = max(pending.added_at, self._last_first_token_at)
         self._last_first_token_at = t
@@ -169,6 +179,10 @@ class LoadTracker:
     @property
     def prefill_tokens_per_s(self) -> float:
         return self._tokens_sum / self._time_sum
+
+    def tail(self) -> tuple[int, tuple[int, ...]]:
+        """Cumulative first tokens, and those over each edge of ``TTFT_TAIL_EDGES_S``."""
+        return self.first_tokens, tuple(self._over)
 
     @property
     def ongoing(self) -> int:

@@ -13,12 +13,21 @@ For each size, one run of the trace on that many replicas (no autoscaling, no po
   replica were its own M/G/1 queue (it would not change with the fleet size);
 - TTFT P50/P99 and the *wait* requests had: TTFT less the prompt's prefill at the fastest
   prefill rate any request of the run saw (prompts over ``MIN_RATE_PROMPT`` tokens), mean
-  and P99 — a lower bound on each request's prefill time, so an upper bound on its wait.
+  and P99 — a lower bound on each request's prefill time, so an upper bound on its wait;
+- ``over``: the share of first tokens over each TTFT tail edge (0.25 ... 8 s) in the window,
+  from the engines' own counters (``ReplicaStats.first_tokens``, ``ttft_over_*``) as the
+  policy reads them: what a rule steered by the tail would see at that fleet size.
+
+Then, for each two consecutive sizes given, per edge: the first tokens (and seconds, at the
+window's rate of first tokens) a rule counting that edge needs to tell the two fleets
+apart at two standard errors (``tell_apart``): whether counting a lower edge, with many
+more events than the SLO's 1 %, would learn a fleet's shortfall sooner.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -27,8 +36,10 @@ from typing import Any
 
 from autoscaler.ttft_queue import TTFTQueuePolicy, TTFTQueueState
 from autoscaler.ttft_signals import measure
+from autoscaler.ttft_tail import TailCounts
 from autoscaler.types import MetricsSnapshot, ScalingConfig
 from bench.types import RequestRecord
+from contracts.stats import TTFT_TAIL_EDGES_S, ttft_tail
 from router.registry import POLICY_NAMES
 
 MIN_RATE_PROMPT = 500  # tokens: shorter prompts' TTFT is mostly fixed overhead, not rate
@@ -76,6 +87,7 @@ class Observer(TTFTQueuePolicy):
 
     def __init__(self) -> None:
         self.log: list[tuple[float, float, float]] = []  # (t, arrival, backlog per replica)
+        self.tail: list[tuple[float, TailCounts]] = []  # (t, the fleet's cumulative counts)
 
     def decide(
         self, snapshot: MetricsSnapshot, config: ScalingConfig, state: TTFTQueueState
@@ -84,7 +96,30 @@ class Observer(TTFTQueuePolicy):
         load = measure(snapshot, new.rate or 1.0, 1.0, {}, 0.0)
         n = max(1, len(snapshot.replicas))
         self.log.append((snapshot.now, new.arrival or 0.0, load.work_s / n))
+        total = TailCounts()
+        for m in snapshot.replicas:  # a fixed fleet: no replica restarts, counts only grow
+            total = total.plus(TailCounts(m.first_tokens, ttft_tail(m)))
+        self.tail.append((snapshot.now, total))
         return snapshot.current_replicas, new
+
+
+def tell_apart(p: float, q: float, z: float = 2.0) -> float:
+    """First tokens needed to tell a share ``p`` from ``q`` at ``z`` binomial standard
+    errors (of the shares' mean); inf if they are equal."""
+    if p == q:
+        return math.inf
+    mean = (p + q) / 2.0
+    return z * z * mean * (1.0 - mean) / (p - q) ** 2
+
+
+def tail_shares(log: Sequence[tuple[float, TailCounts]], start: float, end: float) -> list[float]:
+    """The share of first tokens over each tail edge between the first and the last record
+    in ``[start, end)`` (empty if fewer than two, or no first token between them)."""
+    inside = [c for t, c in log if start <= t < end]
+    if len(inside) < 2 or inside[-1].first_tokens <= inside[0].first_tokens:
+        return []
+    n = inside[-1].first_tokens - inside[0].first_tokens
+    return [(b - a) / n for a, b in zip(inside[0].over, inside[-1].over, strict=True)]
 
 
 def one(trace: str, router: str, size: int) -> dict[str, Any]:
@@ -97,6 +132,7 @@ def one(trace: str, router: str, size: int) -> dict[str, Any]:
         (step.step_up_s + HIGH_PHASE_SETTLE_S, step.step_down_s) if step else (0.0, run.end_s)
     )
     inside = [x for x in observer.log if start <= x[0] < end]
+    counted = [c.first_tokens for t, c in observer.tail if start <= t < end]
     arrival = statistics.fmean(x[1] for x in inside)
     backlog = statistics.fmean(x[2] for x in inside)
     util = arrival / size
@@ -106,6 +142,8 @@ def one(trace: str, router: str, size: int) -> dict[str, Any]:
         "window": (start, end), "arrival": arrival, "util": util, "backlog_s": backlog,
         "k_s": backlog * (1 - util) / util if 0 < util < 1 else None,
         "waits": None if w is None else asdict(w),
+        "first_tokens_per_s": (counted[-1] - counted[0]) / (end - start) if counted else 0.0,
+        "over": dict(zip(TTFT_TAIL_EDGES_S, tail_shares(observer.tail, start, end), strict=False)),
     }  # fmt: skip
 
 
@@ -116,7 +154,8 @@ def line(r: dict[str, Any]) -> str:
         f"{r['trace']} {r['router']} {r['replicas']:3d}: {100 * r['attainment']:.2f} %  "
         f"arrival {r['arrival']:.2f} util {r['util']:.2f} backlog {r['backlog_s']:.2f} s k {k} s  "
         f"TTFT P50 {w.get('ttft_p50_s', 0):.2f} P99 {w.get('ttft_p99_s', 0):.2f} s  "
-        f"wait mean {w.get('wait_mean_s', 0):.3f} P99 {w.get('wait_p99_s', 0):.2f} s"
+        f"wait mean {w.get('wait_mean_s', 0):.3f} P99 {w.get('wait_p99_s', 0):.2f} s  over "
+        + " ".join(f"{e:g}s {100 * v:.2f}%" for e, v in r["over"].items())
     )
 
 
@@ -126,8 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--router", choices=POLICY_NAMES, default="least-loaded")
     ap.add_argument("--sizes", required=True, help="fleet sizes, comma-separated")
     args = ap.parse_args(argv)
+    rows = []
     for size in (int(x) for x in args.sizes.split(",")):
-        print(line(one(args.trace, args.router, size)), flush=True)
+        rows.append(one(args.trace, args.router, size))
+        print(line(rows[-1]), flush=True)
+    for a, b in itertools.pairwise(rows):
+        rate = max(1e-9, b["first_tokens_per_s"])
+        need = {e: tell_apart(a["over"].get(e, 0.0), b["over"].get(e, 0.0)) for e in b["over"]}
+        cells = (f"{e:g}s {n:.0f} ({n / rate:.0f} s)" for e, n in need.items() if n < math.inf)
+        print(f"  to tell {a['replicas']} from {b['replicas']} at 2 SE: " + ", ".join(cells))
     return 0
 
 

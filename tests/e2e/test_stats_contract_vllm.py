@@ -6,6 +6,7 @@ blocks; decode rate and prefill load are measured (they were always 0 before).""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
 import random
 import time
 from typing import Any
@@ -14,7 +15,7 @@ import httpx
 import pytest
 
 from autoscaler.types import ReplicaMetrics
-from contracts.stats import STATS_VERSION, ReplicaStats, from_wire
+from contracts.stats import STATS_VERSION, ReplicaStats, from_wire, ttft_tail
 from router.views import replica_view_from_stats
 from tests.serve_fixtures import TEST_URL
 
@@ -85,6 +86,11 @@ def test_vllm_stats_uncached_backlog_rates_and_views(vllm_app: str) -> None:
     if elapsed < WINDOW_S:  # then both requests' first tokens are in the window
         assert load >= SUFFIX + warm_len - 1e-6
     assert after.ttft_p95_s > 0
+    # the tail counters: the two first tokens, and at most those over each edge, fewer
+    # over each higher edge
+    assert after.first_tokens - before.first_tokens == 2
+    grown = [a - b for a, b in zip(ttft_tail(after), ttft_tail(before), strict=True)]
+    assert all(2 >= x >= y >= 0 for x, y in itertools.pairwise(grown)), grown
     assert 0 < after.busy_fraction <= 1
     assert after.steps > before.steps
     assert after.healthy
@@ -103,3 +109,4 @@ def test_vllm_stats_uncached_backlog_rates_and_views(vllm_app: str) -> None:
     assert m.busy_fraction > 0
     assert m.ttft_p95_s > 0
     assert m.prefix_hits - before.prefix_hits == prefix_len
+    assert (m.first_tokens, ttft_tail(m)) == (auto.first_tokens, ttft_tail(auto))

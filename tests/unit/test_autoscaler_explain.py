@@ -45,6 +45,7 @@ OWN_SIGNALS = {
         "boot_s",
         "wake_s",
         "warm_replicas",
+        "ttft_over_slo_ratio",
     },
     "ongoing-requests": set(),
     "utilization": {"utilization_ratio"},

@@ -37,6 +37,13 @@ FULL = ReplicaStats(
     arrived_requests=40,
     num_preemptions=2,
     steps=1234,
+    first_tokens=38,
+    ttft_over_250ms=20,
+    ttft_over_500ms=9,
+    ttft_over_1s=5,
+    ttft_over_2s=2,
+    ttft_over_4s=1,
+    ttft_over_8s=1,
     healthy=False,
     draining=True,
 )

@@ -127,6 +127,19 @@ def test_ttft_p95_uses_sliding_window() -> None:
     assert tracker.ttft_p95(now=1000.0) == 0.0
 
 
+def test_ttft_tail_counts_first_tokens_over_each_edge() -> None:
+    tracker = LoadTracker(clock=lambda: 0.0)
+    assert tracker.tail() == (0, (0, 0, 0, 0, 0, 0))
+    # TTFTs 0.1, 0.3, 2.0 (at the 2-s edge: not over it), 2.5, 9 s; edges 0.25 ... 8 s
+    for k, ttft in enumerate([0.1, 0.3, 2.0, 2.5, 9.0]):
+        tracker.on_request_added(str(k), 10, now=10.0 * k)
+        tracker.on_first_token(str(k), now=10.0 * k + ttft)
+        tracker.on_first_token(str(k), now=10.0 * k + 50.0)  # a second call: not a first token
+    tracker.on_request_added("aborted", 10, now=60.0)
+    tracker.on_finished("aborted", now=99.0)  # no first token: not counted, however late
+    assert tracker.tail() == (5, (4, 3, 3, 2, 1, 1))
+
+
 def test_busy_fraction_from_occupancy_and_from_steps() -> None:
     tracker = LoadTracker(busy_window_s=10.0, clock=lambda: 0.0)
     tracker.on_request_added("a", 10, now=0.0)

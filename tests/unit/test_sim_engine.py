@@ -8,6 +8,7 @@ import itertools
 import pytest
 
 from contracts.hashing import block_hashes
+from contracts.stats import ttft_tail
 from replicas.engine import Engine, GenerateRequest
 from replicas.sim.engine import SimEngine
 
@@ -58,6 +59,8 @@ async def test_prefix_cache_hits_and_kv_events_match_router_hashes() -> None:
     assert second[0].text == "x"
     s = e.stats()
     assert (s.prefix_hits, s.prefix_queries) == (64, 2 * len(PROMPT))
+    assert s.first_tokens == 2  # both requests, each TTFT far under the first tail edge
+    assert ttft_tail(s) == (0.0,) * 6
     assert s.kv_usage == 0.0
     assert s.running == 0
     assert s.waiting == 0
