@@ -13,8 +13,10 @@ window is the bins of the last ``WINDOW_S``::
 The share at the SLO is exact at an edge (the default SLO, 2 s, is one) and linear
 between two edges, as Prometheus interpolates inside a histogram bucket (from share 1 at
 0 s below the first edge; the last edge's share above it, a lower bound). Why 120 s: at a
-1 % target and the hours' 2-5 requests per second, that is 2-6 late first tokens expected
-at the goal; a shorter window counts too few to tell 1 % from 3 %.
+1 % target and the benchmark's 2.5-8 first tokens per second, it holds 3-10 late ones at
+the goal. Telling the cheapest fleet that meets 1 % from one replica more took 40-840 s
+of first tokens there, at any edge (``docs/results/autoscale-sim.md``, "The tail,
+counted"): the share is a slow signal, read over minutes.
 
 Counted by the engine, from a request's arrival there to its first token: the time a
 request waits in the router or the ingress is not in it.

@@ -107,6 +107,23 @@ def test_ttft_queue_explains_its_up_move_by_the_term_that_drove_it() -> None:
     assert e.targets["prefill_arrival_ratio"] == pytest.approx(2 / 3)
 
 
+def test_ttft_queue_explains_the_measured_share_over_the_slo_against_the_risk() -> None:
+    def counted(first: float, over_2s: float) -> list[ReplicaMetrics]:
+        return [
+            rep(i, first_tokens=first, ttft_over_2s=over_2s, ttft_over_1s=over_2s) for i in (0, 1)
+        ]
+
+    state = TTFTQueueState()
+    _, state, e = _decide(TTFT, snapshot(0.0, 2, counted(500, 40)), CFG, state)
+    assert e.signals["ttft_over_slo_ratio"] == 0.0  # first reports: baselines only
+    assert e.targets["ttft_over_slo_ratio"] == pytest.approx(0.01)  # 1 - target attainment
+    # each replica: 100 more first tokens, 3 more over 2 s -> 6 of 200
+    _, state, e = _decide(TTFT, snapshot(1.0, 2, counted(600, 43)), CFG, state)
+    assert e.signals["ttft_over_slo_ratio"] == pytest.approx(0.03)
+    _, _, e = _decide(TTFT, snapshot(200.0, 2, counted(600, 43)), CFG, state)
+    assert e.signals["ttft_over_slo_ratio"] == 0.0  # out of the 120-s window
+
+
 def test_ttft_queue_down_steady_bounds_and_pending_reasons() -> None:
     idle = [rep(i, prefill_load_tokens_per_s=50.0, kv_usage=0.05) for i in range(3)]
     state = TTFTQueueState()
