@@ -110,8 +110,9 @@ class ReplicaStats:
 
 # The TTFT tail counters' edges (seconds), a doubling ladder: the share of first tokens
 # over a TTFT SLO is exact at an edge (the default SLO, 2 s, is one) and interpolated
-# between two, and the counts at the lower edges (a tenth of the SLO's 1 % events or more)
-# show a tail growing before the SLO's own count can. Engines count them with
+# between two, so any SLO a user picks can be read, and the lower edges show the tail's
+# shape (they are not a faster estimate of the share at the SLO: measured in
+# ``docs/results/autoscale-sim.md``, "The tail, counted"). Engines count them with
 # ``LoadTracker.tail()`` (``replicas/load_stats.py``); ``ttft_tail`` reads them back.
 TTFT_TAIL_EDGES_S: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 TTFT_TAIL_FIELDS: tuple[str, ...] = (

@@ -10,7 +10,8 @@ produce; what a client sees is the serving layer's cost and latency on top of th
 
 ``stats()`` is measured where it can be (waiting, running, ongoing, steps, decode rate,
 busy fraction) and neutral where there is nothing to measure (no KV cache: ``kv_usage`` 0,
-no prefix cache: hits 0).
+no prefix cache: hits 0) or where it does not count (no TTFT: ``ttft_p95_s`` and the TTFT
+tail counters 0).
 """
 
 from __future__ import annotations
