@@ -70,6 +70,7 @@ SIGNALS = (
     "prefill_backlog_s",
     "burst_reserve_replicas",
     "boot_s",
+    "ttft_over_slo_ratio",
 )
 
 
