@@ -44,6 +44,11 @@ class TailCounts:
         over = tuple(a + b for a, b in zip(self.over, other.over, strict=True))
         return TailCounts(self.first_tokens + other.first_tokens, over)
 
+    def minus(self, earlier: TailCounts) -> TailCounts:
+        """What grew since ``earlier`` (a count that went back reads as 0 grown)."""
+        over = tuple(max(0.0, a - b) for a, b in zip(self.over, earlier.over, strict=True))
+        return TailCounts(max(0.0, self.first_tokens - earlier.first_tokens), over)
+
     def share_over(self, slo_s: float) -> float | None:
         """The share of these first tokens whose TTFT exceeded ``slo_s``; None if none."""
         n = self.first_tokens
@@ -83,8 +88,7 @@ def track_tail(snapshot: MetricsSnapshot, window: TailWindow) -> TailWindow:
         last[m.replica_id] = now_c
         if before is None or now_c.first_tokens < before.first_tokens:
             continue  # first report (or a restart): a baseline, nothing counted
-        d_over = tuple(max(0.0, a - b) for a, b in zip(now_c.over, before.over, strict=True))
-        grown = grown.plus(TailCounts(now_c.first_tokens - before.first_tokens, d_over))
+        grown = grown.plus(now_c.minus(before))
     t = snapshot.now
     bins = tuple(b for b in window.bins if b[0] > t - WINDOW_S - BIN_S)
     if bins and t - bins[-1][0] < BIN_S:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from contracts.stats import ReplicaStats
+from contracts.stats import ReplicaStats, ttft_tail, ttft_tail_fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +67,7 @@ class ReplicaMetrics:
             prefix_hits=stats.prefix_hits,
             arrived_prompt_tokens=stats.arrived_prompt_tokens,
             arrived_requests=stats.arrived_requests,
-            first_tokens=stats.first_tokens,
-            ttft_over_250ms=stats.ttft_over_250ms,
-            ttft_over_500ms=stats.ttft_over_500ms,
-            ttft_over_1s=stats.ttft_over_1s,
-            ttft_over_2s=stats.ttft_over_2s,
-            ttft_over_4s=stats.ttft_over_4s,
-            ttft_over_8s=stats.ttft_over_8s,
+            **ttft_tail_fields(stats.first_tokens, ttft_tail(stats)),
         )
 
 

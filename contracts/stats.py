@@ -113,7 +113,8 @@ class ReplicaStats:
 # between two, so any SLO a user picks can be read, and the lower edges show the tail's
 # shape (they are not a faster estimate of the share at the SLO: measured in
 # ``docs/results/autoscale-sim.md``, "The tail, counted"). Engines count them with
-# ``LoadTracker.tail()`` (``replicas/load_stats.py``); ``ttft_tail`` reads them back.
+# ``LoadTracker.tail()`` (``replicas/load_stats.py``); ``ttft_tail_fields`` sets them,
+# ``ttft_tail`` reads them back.
 TTFT_TAIL_EDGES_S: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 TTFT_TAIL_FIELDS: tuple[str, ...] = (
     "ttft_over_250ms",
@@ -131,14 +132,13 @@ def ttft_tail(stats: Any) -> tuple[float, ...]:
     return tuple(float(getattr(stats, name)) for name in TTFT_TAIL_FIELDS)
 
 
-def with_ttft_tail(stats: ReplicaStats, first_tokens: int, over: tuple[int, ...]) -> ReplicaStats:
-    """``stats`` with the tail counters set (``over`` aligned with ``TTFT_TAIL_EDGES_S``)."""
+def ttft_tail_fields(first_tokens: float, over: tuple[float, ...]) -> dict[str, Any]:
+    """The tail counters as keyword arguments of ``ReplicaStats`` (or of any record with the
+    same fields), ``over`` aligned with ``TTFT_TAIL_EDGES_S``."""
     if len(over) != len(TTFT_TAIL_FIELDS):
         raise ValueError(f"{len(over)} tail counts for {len(TTFT_TAIL_FIELDS)} edges")
-    counts: dict[str, Any] = {
-        name: float(n) for name, n in zip(TTFT_TAIL_FIELDS, over, strict=True)
-    }
-    return dataclasses.replace(stats, first_tokens=float(first_tokens), **counts)
+    counts = {name: float(n) for name, n in zip(TTFT_TAIL_FIELDS, over, strict=True)}
+    return {"first_tokens": float(first_tokens), **counts}
 
 
 WIRE_FIELDS: tuple[str, ...] = tuple(

@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from contracts.stats import ReplicaStats, with_ttft_tail
+from contracts.stats import ReplicaStats, ttft_tail_fields
 from replicas.engine import Delta, GenerateRequest, RequestDone
 from replicas.load_stats import LoadTracker
 from replicas.prefill_backlog import PrefillBacklog
@@ -257,7 +257,7 @@ class VLLMEngine:
         running, waiting = self._counts()
         waiting_tokens = v.backlog.tokens
         load = self._tracker.snapshot(waiting_tokens, time.monotonic())
-        stats = ReplicaStats(
+        return ReplicaStats(
             waiting=waiting,
             running=running,
             waiting_prefill_tokens=waiting_tokens,
@@ -278,8 +278,8 @@ class VLLMEngine:
             num_preemptions=v.num_preemptions,
             steps=v.steps,
             healthy=self._llm is not None and self.dead() is None,
+            **ttft_tail_fields(*self._tracker.tail()),
         )
-        return with_ttft_tail(stats, *self._tracker.tail())
 
     def dead(self) -> str | None:
         """Why this engine can serve nothing more: its engine core process exited (vLLM's

@@ -116,10 +116,9 @@ def tail_shares(log: Sequence[tuple[float, TailCounts]], start: float, end: floa
     """The share of first tokens over each tail edge between the first and the last record
     in ``[start, end)`` (empty if fewer than two, or no first token between them)."""
     inside = [c for t, c in log if start <= t < end]
-    if len(inside) < 2 or inside[-1].first_tokens <= inside[0].first_tokens:
-        return []
-    n = inside[-1].first_tokens - inside[0].first_tokens
-    return [(b - a) / n for a, b in zip(inside[0].over, inside[-1].over, strict=True)]
+    grown = inside[-1].minus(inside[0]) if len(inside) >= 2 else TailCounts()
+    n = grown.first_tokens
+    return [o / n for o in grown.over] if n > 0 else []
 
 
 def one(trace: str, router: str, size: int) -> dict[str, Any]:

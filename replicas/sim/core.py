@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contracts.stats import ReplicaStats, with_ttft_tail
+from contracts.stats import ReplicaStats, ttft_tail_fields
 from replicas.load_stats import LoadTracker
 from replicas.sim import profiles
 from replicas.sim.cost import CostModel
@@ -142,7 +142,7 @@ class EngineCore:
         sch = self.scheduler
         pending = max(0, sch.pending_prefill)
         rate = self._prefill_rate
-        stats = ReplicaStats(
+        return ReplicaStats(
             waiting=len(sch.waiting),
             running=len(sch.running),
             waiting_prefill_tokens=pending,
@@ -162,5 +162,5 @@ class EngineCore:
             arrived_requests=self.recent.arrived_requests,
             num_preemptions=sch.num_preemptions,
             steps=self.steps,
+            **ttft_tail_fields(*self.recent.tail()),
         )
-        return with_ttft_tail(stats, *self.recent.tail())

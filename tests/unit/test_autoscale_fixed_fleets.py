@@ -12,14 +12,7 @@ from experiments.autoscaling.fixed_fleets import quantile, tail_shares, tell_apa
 def rec(
     i: int, send_s: float, prompt: int, ttft: float | None, error: str | None = None
 ) -> RequestRecord:
-    return RequestRecord(
-        index=i,
-        intended_send_s=send_s,
-        send_s=send_s,
-        prompt_tokens=prompt,
-        ttft_s=ttft,
-        error=error,
-    )
+    return RequestRecord(i, send_s, send_s, prompt_tokens=prompt, ttft_s=ttft, error=error)
 
 
 def test_quantile_is_nearest_rank() -> None:
